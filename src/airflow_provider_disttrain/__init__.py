@@ -1,0 +1,56 @@
+"""Apache Airflow provider for Kubeflow distributed training jobs (PyTorchJob, MPIJob, ...).
+
+The operators and the sensor are re-exported lazily: ``from airflow_provider_disttrain import
+PyTorchJobOperator`` imports only that operator's module, keeping DAG parsing fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY_EXPORTS = {
+    "TrainingJobOperator": "airflow_provider_disttrain.operators.training_job",
+    "PyTorchJobOperator": "airflow_provider_disttrain.operators.pytorch_job",
+    "MPIJobOperator": "airflow_provider_disttrain.operators.mpi_job",
+    "DeleteTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
+    "ScaleTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
+    "SuspendTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
+    "ResumeTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
+    "TrainingJobSensor": "airflow_provider_disttrain.sensors.training_job",
+}
+
+__all__ = [
+    "DeleteTrainingJobOperator",
+    "MPIJobOperator",
+    "PyTorchJobOperator",
+    "ResumeTrainingJobOperator",
+    "ScaleTrainingJobOperator",
+    "SuspendTrainingJobOperator",
+    "TrainingJobOperator",
+    "TrainingJobSensor",
+    "__version__",
+]
+
+if TYPE_CHECKING:
+    from airflow_provider_disttrain.operators.manage import (
+        DeleteTrainingJobOperator,
+        ResumeTrainingJobOperator,
+        ScaleTrainingJobOperator,
+        SuspendTrainingJobOperator,
+    )
+    from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
+    from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+    from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+    from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,59 @@
+"""What the sync and async hooks share: which API errors are transient, and what each status means.
+
+Both Kubernetes clients raise an ``ApiException`` with ``.status``; connection-level failures come as
+urllib3 errors (sync) or aiohttp/asyncio errors (async). The retry policy is tenacity's; only the
+predicate is ours, because the cncf provider's ``generic_api_retry`` also retries 409 Conflict, which
+for a create means "your job already exists" and must not be retried blindly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import tenacity
+
+from airflow_provider_disttrain.exceptions import ClusterAccessError
+
+TRANSIENT_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
+API_ATTEMPTS = 5
+
+
+def api_status(error: BaseException) -> int | None:
+    """HTTP status of a Kubernetes client exception (either client), or None for other errors."""
+    status = getattr(error, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def is_transient(error: BaseException) -> bool:
+    status = api_status(error)
+    if status is not None:
+        return status in TRANSIENT_STATUS_CODES
+    # No HTTP status: the request never got an answer (refused, reset, timed out).
+    return isinstance(error, (ConnectionError, TimeoutError, asyncio.TimeoutError, OSError)) or type(
+        error
+    ).__module__.split(".")[0] in ("urllib3", "aiohttp")
+
+
+def retry_transient(attempts: int = API_ATTEMPTS) -> Any:
+    """Decorator retrying transient API failures with exponential backoff (sync or async functions)."""
+    return tenacity.retry(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_exponential(multiplier=0.5, max=8),
+        retry=tenacity.retry_if_exception(is_transient),
+        reraise=True,
+    )
+
+
+def raise_for_access(error: BaseException, what: str) -> None:
+    """Turn 401/403 into ``ClusterAccessError`` naming the request; other errors pass through."""
+    status = api_status(error)
+    if status == 401:
+        raise ClusterAccessError(f"{what}: the API server rejected the credentials (401 Unauthorized)") from error
+    if status == 403:
+        reason = getattr(error, "reason", "") or ""
+        body = str(getattr(error, "body", "") or "")[:300]
+        raise ClusterAccessError(
+            f"{what}: forbidden (403 {reason}); the connection's service account lacks RBAC "
+            f"permission (see the README's Role). API said: {body}"
+        ) from error

@@ -1,0 +1,248 @@
+"""Synchronous Kubernetes I/O for training jobs, on top of the cncf provider's connection handling.
+
+``TrainingJobHook`` reuses ``KubernetesHook`` for everything about the ``kubernetes`` connection
+(kubeconfig path or content, in-cluster, context, namespace) and adds the calls a training task
+makes. It returns plain dicts (what the API server sent), so the pure modules can read them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any
+
+import yaml
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+from kubernetes import client
+
+from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_with_problems
+from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
+from airflow_provider_disttrain.hooks.api_errors import api_status, raise_for_access, retry_transient
+from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, JobKind, get_job_kind
+from airflow_provider_disttrain.naming import label_selector
+from airflow_provider_disttrain.outcome import JobRef
+
+# Connection extras that point at kubeconfig material; dropped when the material itself is shipped.
+_KUBECONFIG_EXTRAS = ("kube_config_path", "kube_config", "in_cluster")
+LOG_TAIL_LINES = 30
+
+
+class TrainingJobHook(KubernetesHook):
+    """Create, read, patch and delete Kubeflow training jobs and read their pods, logs and events."""
+
+    hook_name = "Kubeflow Training Job"
+
+    @cached_property
+    def _custom(self) -> client.CustomObjectsApi:
+        return self.custom_object_client
+
+    def _to_dict(self, obj: Any) -> dict[str, Any]:
+        return self.api_client.sanitize_for_serialization(obj)
+
+    def default_namespace(self) -> str:
+        return self.get_namespace() or "default"
+
+    @retry_transient()
+    def _create(self, kind: JobKind, manifest: Mapping[str, Any], namespace: str, dry_run: bool) -> Any:
+        return self._custom.create_namespaced_custom_object(
+            group=kind.group,
+            version=kind.version,
+            namespace=namespace,
+            plural=kind.plural,
+            body=dict(manifest),
+            dry_run="All" if dry_run else None,
+        )
+
+    def create_job(
+        self, kind: str | JobKind, manifest: Mapping[str, Any], namespace: str, *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Create the job; ``dry_run`` asks the API server to validate and admit it without storing it."""
+        kind = get_job_kind(kind)
+        name = manifest.get("metadata", {}).get("name")
+        try:
+            return self._create(kind, manifest, namespace, dry_run)
+        except Exception as error:
+            raise_for_access(error, f"create {kind.kind} {namespace}/{name}")
+            if api_status(error) == 409:
+                raise JobAlreadyExistsError(f"{kind.kind} {namespace}/{name} already exists") from error
+            raise
+
+    @retry_transient()
+    def get_job(self, kind: str | JobKind, name: str, namespace: str) -> dict[str, Any] | None:
+        """The job object, or None when it does not exist."""
+        kind = get_job_kind(kind)
+        try:
+            return self._custom.get_namespaced_custom_object(
+                group=kind.group, version=kind.version, namespace=namespace, plural=kind.plural, name=name
+            )
+        except Exception as error:
+            if api_status(error) == 404:
+                return None
+            raise_for_access(error, f"get {kind.kind} {namespace}/{name}")
+            raise
+
+    @retry_transient()
+    def find_jobs(self, kind: str | JobKind, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Jobs carrying all of ``labels``, oldest first."""
+        kind = get_job_kind(kind)
+        try:
+            listing = self._custom.list_namespaced_custom_object(
+                group=kind.group,
+                version=kind.version,
+                namespace=namespace,
+                plural=kind.plural,
+                label_selector=label_selector(labels),
+            )
+        except Exception as error:
+            raise_for_access(error, f"list {kind.plural} in {namespace}")
+            raise
+        items = listing.get("items", [])
+        return sorted(items, key=lambda job: job.get("metadata", {}).get("creationTimestamp") or "")
+
+    @retry_transient()
+    def patch_job(self, kind: str | JobKind, name: str, namespace: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON merge patch of the job (spec fields such as replicas or runPolicy.suspend)."""
+        kind = get_job_kind(kind)
+        try:
+            return self._custom.patch_namespaced_custom_object(
+                group=kind.group,
+                version=kind.version,
+                namespace=namespace,
+                plural=kind.plural,
+                name=name,
+                body=dict(patch),
+            )
+        except Exception as error:
+            raise_for_access(error, f"patch {kind.kind} {namespace}/{name}")
+            raise
+
+    @retry_transient()
+    def delete_job(
+        self,
+        kind: str | JobKind,
+        name: str,
+        namespace: str,
+        *,
+        uid: str | None = None,
+        propagation_policy: str = "Background",
+    ) -> bool:
+        """Delete the job and, through owner references, its pods. False when it was already gone.
+
+        ``uid`` is a precondition: a job of the same name created since (a retry's replacement) is
+        left alone.
+        """
+        kind = get_job_kind(kind)
+        body: dict[str, Any] = {"propagationPolicy": propagation_policy}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self._custom.delete_namespaced_custom_object(
+                group=kind.group,
+                version=kind.version,
+                namespace=namespace,
+                plural=kind.plural,
+                name=name,
+                body=body,
+            )
+            return True
+        except Exception as error:
+            if api_status(error) in (404, 409):
+                return False
+            raise_for_access(error, f"delete {kind.kind} {namespace}/{name}")
+            raise
+
+    @retry_transient()
+    def list_job_pods(self, job_name: str, namespace: str) -> list[dict[str, Any]]:
+        try:
+            pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job_name}")
+        except Exception as error:
+            raise_for_access(error, f"list pods of {namespace}/{job_name}")
+            raise
+        return [self._to_dict(pod) for pod in pods.items]
+
+    @retry_transient()
+    def read_pod_log(
+        self,
+        pod_name: str,
+        namespace: str,
+        container: str | None = None,
+        *,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = 1_000_000,
+    ) -> str:
+        """The pod's log ('' when the pod or its log is gone)."""
+        try:
+            return self.core_v1_client.read_namespaced_pod_log(
+                pod_name,
+                namespace,
+                container=container,
+                tail_lines=tail_lines,
+                limit_bytes=limit_bytes,
+            )
+        except Exception as error:
+            if api_status(error) in (400, 404):
+                return ""
+            raise_for_access(error, f"read log of pod {namespace}/{pod_name}")
+            raise
+
+    @retry_transient()
+    def list_warning_events(self, namespace: str, object_names: set[str]) -> list[dict[str, Any]]:
+        """Warning events about the named objects (the job and its pods), oldest first."""
+        try:
+            events = self.core_v1_client.list_namespaced_event(namespace, field_selector="type=Warning")
+        except Exception as error:
+            raise_for_access(error, f"list events in {namespace}")
+            raise
+        selected = [
+            self._to_dict(event)
+            for event in events.items
+            if event.involved_object is not None and event.involved_object.name in object_names
+        ]
+        return sorted(selected, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+    def _default_kubeconfig_file(self) -> str | None:
+        """``$KUBECONFIG`` when the connection names no config of its own and it is one file."""
+        if self._get_field("kube_config") or self._get_field("in_cluster"):
+            return None
+        path = os.environ.get("KUBECONFIG", "")
+        return path if path and os.pathsep not in path and os.path.isfile(path) else None
+
+    def trigger_connection_args(self) -> dict[str, Any]:
+        """How the trigger reaches the same cluster from the triggerer, which may lack local files.
+
+        A kubeconfig file named by the connection (or ``config_file``) is read here and shipped as
+        content, as the cncf pod operator does; the connection's other extras travel with it so the
+        triggerer does not need to see the file.
+        """
+        args: dict[str, Any] = {
+            "kubernetes_conn_id": self.conn_id,
+            "cluster_context": self.cluster_context,
+            "config_dict": self.config_dict,
+            "connection_extras": None,
+        }
+        path = self.config_file or self._get_field("kube_config_path") or self._default_kubeconfig_file()
+        if self.config_dict is None and path:
+            with open(path) as kubeconfig:
+                args["config_dict"] = yaml.safe_load(kubeconfig)
+            args["connection_extras"] = {
+                key: value for key, value in self.conn_extras.items() if key not in _KUBECONFIG_EXTRAS
+            }
+        return args
+
+    def explain_outcome(self, ref: JobRef, headline: str, job: Mapping[str, Any] | None, *, logger: Any = None) -> str:
+        """``headline`` plus what the job's pods, their failing containers' logs and events say."""
+        kind = get_job_kind(ref.kind)
+        try:
+            pods = self.list_job_pods(ref.name, ref.namespace)
+            names = {ref.name, f"{ref.name}-launcher", *(pod["metadata"]["name"] for pod in pods)}
+            events = self.list_warning_events(ref.namespace, names)
+            tails = {}
+            for pod in pods_with_problems(pods)[:3]:
+                if container := failing_container(pod):
+                    pod_name = pod["metadata"]["name"]
+                    tails[pod_name] = self.read_pod_log(pod_name, ref.namespace, container, tail_lines=LOG_TAIL_LINES)
+        except Exception as error:  # The reason we already have beats no reason at all.
+            (logger or self.log).warning("Could not collect diagnostics for %s: %r", ref.title, error)
+            pods, events, tails = [], [], {}
+        return explain(kind, ref.title, headline, job, pods, events, tails)

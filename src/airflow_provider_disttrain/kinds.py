@@ -1,0 +1,171 @@
+"""The table of Kubeflow training job kinds.
+
+Everything that differs between job kinds lives here as data, so that the manifest builder, the
+status reader, the hooks and the operators never branch on a kind's name. Adding a kind that shares
+the training-operator's status shape is one entry in ``JOB_KINDS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Pod labels set by the Kubeflow operators; both operators share the job-name label.
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """What the provider needs to know about one Kubeflow job kind."""
+
+    kind: str
+    """The resource's ``kind``, e.g. ``PyTorchJob``."""
+    group: str
+    version: str
+    plural: str
+    replica_specs_key: str
+    """Spec field holding the replica specs, e.g. ``pytorchReplicaSpecs``."""
+    container_name: str
+    """Container name the operator looks for in each replica's pod template (and the builder's name)."""
+    default_port: int | None
+    port_name: str | None
+    leader_replica: str | None
+    """Replica whose pod speaks for the job (logs, exit reason); None means worker 0."""
+    builder_leader_replica: str | None
+    """Replica the builder adds beside the workers when building from parameters (always 1 replica)."""
+    replica_types: frozenset[str] = frozenset({"Master", "Worker"})
+    """Replica types the operator accepts in the replica specs."""
+    worker_replica: str = "Worker"
+    restart_policies: frozenset[str] = frozenset({"Always", "OnFailure", "Never", "ExitCode"})
+    default_restart_policy: str = "OnFailure"
+    replica_type_label: str = REPLICA_TYPE_LABEL
+    """Pod label naming the replica type; its value is the replica type in lower case."""
+    leader_gets_accelerators: bool = True
+    """Whether the builder's per-replica GPU request applies to the leader too (not to an MPI launcher)."""
+    worker_command: tuple[str, ...] | None = None
+    """Command for worker pods when the builder's command is meant for the leader only (MPI sshd)."""
+    supports_elastic: bool = False
+    spec_choices: tuple[tuple[str, frozenset[str]], ...] = ()
+    """Allowed values of enum-like spec fields, by dotted path under ``spec``."""
+    requires_named_container: bool = True
+    """Whether the operator ignores a pod template without a container of that name."""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def replica_label_value(self, replica_type: str) -> str:
+        return replica_type.lower()
+
+    def worker_replicas_path(self) -> tuple[str, ...]:
+        """Path of the Worker replica count inside the job object (what the scale operator patches)."""
+        return ("spec", self.replica_specs_key, self.worker_replica, "replicas")
+
+
+_V1_GROUP = "kubeflow.org"
+
+JOB_KINDS: dict[str, JobKind] = {
+    k.kind: k
+    for k in (
+        JobKind(
+            kind="PyTorchJob",
+            group=_V1_GROUP,
+            version="v1",
+            plural="pytorchjobs",
+            replica_specs_key="pytorchReplicaSpecs",
+            container_name="pytorch",
+            default_port=23456,
+            port_name="pytorchjob-port",
+            leader_replica="Master",
+            builder_leader_replica="Master",
+            supports_elastic=True,
+            spec_choices=(("elasticPolicy.rdzvBackend", frozenset({"c10d", "etcd", "etcd-v2"})),),
+        ),
+        JobKind(
+            kind="MPIJob",
+            group=_V1_GROUP,
+            version="v2beta1",
+            plural="mpijobs",
+            replica_specs_key="mpiReplicaSpecs",
+            # mpi-operator v2beta1 does not look the container up by name; the first one is used.
+            container_name="mpi",
+            requires_named_container=False,
+            default_port=None,
+            port_name=None,
+            leader_replica="Launcher",
+            builder_leader_replica="Launcher",
+            restart_policies=frozenset({"Never", "OnFailure"}),
+            default_restart_policy="Never",
+            replica_type_label=JOB_ROLE_LABEL,
+            leader_gets_accelerators=False,
+            worker_command=("/usr/sbin/sshd", "-De"),
+            replica_types=frozenset({"Launcher", "Worker"}),
+            spec_choices=(
+                ("mpiImplementation", frozenset({"OpenMPI", "Intel", "MPICH"})),
+                ("launcherCreationPolicy", frozenset({"AtStartup", "WaitForWorkersReady"})),
+            ),
+        ),
+        JobKind(
+            kind="TFJob",
+            group=_V1_GROUP,
+            version="v1",
+            plural="tfjobs",
+            replica_specs_key="tfReplicaSpecs",
+            container_name="tensorflow",
+            default_port=2222,
+            port_name="tfjob-port",
+            leader_replica="Chief",
+            builder_leader_replica=None,
+            replica_types=frozenset({"Chief", "PS", "Worker", "Evaluator"}),
+        ),
+        JobKind(
+            kind="XGBoostJob",
+            group=_V1_GROUP,
+            version="v1",
+            plural="xgboostjobs",
+            replica_specs_key="xgbReplicaSpecs",
+            container_name="xgboost",
+            default_port=9999,
+            port_name="xgboostjob-port",
+            leader_replica="Master",
+            builder_leader_replica="Master",
+        ),
+        JobKind(
+            kind="PaddleJob",
+            group=_V1_GROUP,
+            version="v1",
+            plural="paddlejobs",
+            replica_specs_key="paddleReplicaSpecs",
+            container_name="paddle",
+            default_port=36543,
+            port_name="master",
+            leader_replica="Master",
+            builder_leader_replica=None,
+        ),
+        JobKind(
+            kind="JAXJob",
+            group=_V1_GROUP,
+            version="v1",
+            plural="jaxjobs",
+            replica_specs_key="jaxReplicaSpecs",
+            container_name="jax",
+            default_port=6666,
+            port_name="jaxjob-port",
+            leader_replica=None,
+            builder_leader_replica=None,
+            replica_types=frozenset({"Worker"}),
+        ),
+    )
+}
+
+
+def get_job_kind(kind: str | JobKind) -> JobKind:
+    """Look a kind up by name (case-insensitive), with an error that lists the known kinds."""
+    if isinstance(kind, JobKind):
+        return kind
+    for known in JOB_KINDS.values():
+        if known.kind.lower() == str(kind).lower():
+            return known
+    raise ValueError(f"kind: unknown job kind {kind!r}; expected one of {', '.join(JOB_KINDS)}")

@@ -1,0 +1,1 @@
+"""Pure manifest handling: loading, building from parameters, and validating before submission."""

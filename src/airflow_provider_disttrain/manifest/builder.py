@@ -1,0 +1,244 @@
+"""Building a job manifest from operator parameters, merged over a user's manifest.
+
+Pure: takes a kind from the table, an optional base manifest and a ``JobParameters``, returns a new
+dict. Parameters win over the base manifest; a parameter left as ``None`` leaves the base untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_disttrain.kinds import JobKind
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHM_VOLUME = "dshm"
+_RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """``spec.runPolicy`` fields (the same names for the training-operator and the mpi-operator)."""
+
+    clean_pod_policy: str | None = None
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    suspend: bool | None = None
+    queue: str | None = None
+    priority_class: str | None = None
+    min_available: int | None = None
+
+    def to_spec(self) -> dict[str, Any]:
+        scheduling = _drop_none(
+            {"queue": self.queue, "priorityClass": self.priority_class, "minAvailable": self.min_available}
+        )
+        return _drop_none(
+            {
+                "cleanPodPolicy": self.clean_pod_policy,
+                "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
+                "activeDeadlineSeconds": self.active_deadline_seconds,
+                "backoffLimit": self.backoff_limit,
+                "suspend": self.suspend,
+                "schedulingPolicy": scheduling or None,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class JobParameters:
+    """What the operators let a DAG author set without writing a manifest. ``None`` means unset."""
+
+    image: str | None = None
+    command: Sequence[str] | None = None
+    args: Sequence[str] | None = None
+    env: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    num_workers: int | None = None
+    resources: Mapping[str, Any] | None = None
+    """Container resources for every replica, or a mapping of replica type to resources."""
+    gpus_per_replica: int | None = None
+    restart_policy: str | None = None
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
+    labels: Mapping[str, str] | None = None
+    annotations: Mapping[str, str] | None = None
+    node_selector: Mapping[str, str] | None = None
+    tolerations: Sequence[Mapping[str, Any]] | None = None
+    volumes: Sequence[Mapping[str, Any]] | None = None
+    volume_mounts: Sequence[Mapping[str, Any]] | None = None
+    service_account_name: str | None = None
+    image_pull_secrets: Sequence[str] | None = None
+    shm_size: str | None = None
+    spec_fields: Mapping[str, Any] | None = None
+    """Kind-specific ``spec`` fields (elasticPolicy, slotsPerWorker, ...), deep-merged into the spec."""
+
+
+def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in mapping.items() if value is not None}
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; ``override`` wins, lists are replaced, ``None`` values are skipped."""
+    merged = dict(base)
+    for key, value in override.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _env_list(env: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(env, Mapping):
+        return [{"name": str(name), "value": str(value)} for name, value in env.items()]
+    return [dict(item) for item in env]
+
+
+def _merge_by_name(existing: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Merge lists of named objects (env, volumes, mounts): a new entry replaces the same-named one."""
+    new_names = {item.get("name") for item in new}
+    return [dict(item) for item in existing if item.get("name") not in new_names] + [dict(i) for i in new]
+
+
+def _resources_for(params: JobParameters, replica_type: str, kind: JobKind) -> dict[str, Any] | None:
+    resources: dict[str, Any] = {}
+    if params.resources:
+        if set(params.resources) <= _RESOURCE_KEYS:
+            resources = copy.deepcopy(dict(params.resources))
+        else:
+            resources = copy.deepcopy(dict(params.resources.get(replica_type) or {}))
+    gets_gpus = replica_type != kind.builder_leader_replica or kind.leader_gets_accelerators
+    if params.gpus_per_replica is not None and gets_gpus:
+        resources.setdefault("limits", {})[GPU_RESOURCE] = params.gpus_per_replica
+    return resources or None
+
+
+def _skeleton(kind: JobKind, params: JobParameters) -> dict[str, Any]:
+    replica_specs: dict[str, Any] = {}
+    if kind.builder_leader_replica:
+        replica_specs[kind.builder_leader_replica] = {"replicas": 1}
+    replica_specs[kind.worker_replica] = {"replicas": params.num_workers if params.num_workers is not None else 1}
+    return {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "metadata": {},
+        "spec": {kind.replica_specs_key: replica_specs},
+    }
+
+
+def _main_container(kind: JobKind, pod_spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The container the training operator treats as the job's (by name, else for MPI the first one).
+
+    Returns it and whether the builder had to create it.
+    """
+    containers = pod_spec.setdefault("containers", [])
+    for container in containers:
+        if container.get("name") == kind.container_name:
+            return container, False
+    if containers and not kind.requires_named_container:
+        return containers[0], False
+    container: dict[str, Any] = {"name": kind.container_name}
+    containers.insert(0, container)
+    return container, True
+
+
+def _apply_to_replica(kind: JobKind, replica_type: str, replica: dict[str, Any], params: JobParameters) -> None:
+    if params.restart_policy is not None:
+        replica["restartPolicy"] = params.restart_policy
+    else:
+        replica.setdefault("restartPolicy", kind.default_restart_policy)
+    template = replica.setdefault("template", {})
+    pod_metadata = template.setdefault("metadata", {})
+    if params.labels:
+        pod_metadata["labels"] = {**pod_metadata.get("labels", {}), **params.labels}
+    if params.annotations:
+        pod_metadata["annotations"] = {**pod_metadata.get("annotations", {}), **params.annotations}
+    pod_spec = template.setdefault("spec", {})
+    container, created = _main_container(kind, pod_spec)
+
+    if params.image is not None:
+        container["image"] = params.image
+    if kind.worker_command is not None and replica_type == kind.worker_replica:
+        # The builder's command is the launcher's (mpirun/horovodrun); workers only serve SSH. A worker
+        # from the user's manifest keeps its own command (its image may start sshd by itself).
+        if created:
+            container["command"] = list(kind.worker_command)
+    else:
+        if params.command is not None:
+            container["command"] = list(params.command)
+        if params.args is not None:
+            container["args"] = list(params.args)
+    if params.env is not None:
+        container["env"] = _merge_by_name(container.get("env", []), _env_list(params.env))
+    resources = _resources_for(params, replica_type, kind)
+    if resources:
+        container["resources"] = deep_merge(container.get("resources", {}), resources)
+    if kind.port_name and kind.default_port and not container.get("ports"):
+        container["ports"] = [{"name": kind.port_name, "containerPort": kind.default_port}]
+
+    volumes = list(params.volumes or [])
+    mounts = list(params.volume_mounts or [])
+    if params.shm_size is not None:
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": params.shm_size}})
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if volumes:
+        pod_spec["volumes"] = _merge_by_name(pod_spec.get("volumes", []), volumes)
+    if mounts:
+        container["volumeMounts"] = _merge_by_name(container.get("volumeMounts", []), mounts)
+    if params.node_selector is not None:
+        pod_spec["nodeSelector"] = {**pod_spec.get("nodeSelector", {}), **params.node_selector}
+    if params.tolerations is not None:
+        pod_spec["tolerations"] = [dict(t) for t in params.tolerations]
+    if params.service_account_name is not None:
+        pod_spec["serviceAccountName"] = params.service_account_name
+    if params.image_pull_secrets is not None:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in params.image_pull_secrets]
+
+
+def build_manifest(
+    kind: JobKind,
+    base: Mapping[str, Any] | None = None,
+    params: JobParameters | None = None,
+) -> dict[str, Any]:
+    """A complete job manifest: ``base`` (or a skeleton) with ``params`` applied over it."""
+    params = params or JobParameters()
+    manifest = copy.deepcopy(dict(base)) if base else _skeleton(kind, params)
+    manifest.setdefault("apiVersion", kind.api_version)
+    manifest.setdefault("kind", kind.kind)
+    metadata = manifest.setdefault("metadata", {})
+    if params.labels:
+        metadata["labels"] = {**metadata.get("labels", {}), **params.labels}
+    if params.annotations:
+        metadata["annotations"] = {**metadata.get("annotations", {}), **params.annotations}
+
+    spec = manifest.setdefault("spec", {})
+    replica_specs = spec.setdefault(kind.replica_specs_key, {})
+    if not isinstance(replica_specs, dict):
+        # Left for validation to report with the field's path.
+        return manifest
+    if params.num_workers is not None:
+        replica_specs.setdefault(kind.worker_replica, {})["replicas"] = params.num_workers
+    for replica_type, replica in replica_specs.items():
+        if isinstance(replica, dict):
+            _apply_to_replica(kind, replica_type, replica, params)
+
+    run_policy = params.run_policy.to_spec()
+    if run_policy:
+        spec["runPolicy"] = deep_merge(spec.get("runPolicy") or {}, run_policy)
+    if params.spec_fields:
+        manifest["spec"] = deep_merge(spec, params.spec_fields)
+    return manifest
+
+
+def set_identity(manifest: Mapping[str, Any], name: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of ``manifest`` with its name, namespace and the task-instance labels set."""
+    result = copy.deepcopy(dict(manifest))
+    metadata = result.setdefault("metadata", {})
+    metadata["name"] = name
+    metadata["namespace"] = namespace
+    metadata.pop("generateName", None)
+    metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
+    return result

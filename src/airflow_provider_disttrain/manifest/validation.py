@@ -1,0 +1,211 @@
+"""Checks run before anything is sent to the cluster.
+
+The training-operator's validating webhook is often not installed, and the mpi-operator validates
+only in its controller (an invalid MPIJob gets a Warning event and never a status), so a job the
+operators would reject can sit in the cluster forever. Every rule the operators enforce, and every
+mistake that silently breaks a job, is checked here with an error naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError
+from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.naming import MAX_NAME_LENGTH, is_dns1035_label, is_label_value
+
+_CLEAN_POD_POLICIES = frozenset({"All", "Running", "None"})
+_NON_NEGATIVE_RUN_POLICY = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
+
+
+def _get(mapping: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = mapping
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _require_mapping(value: Any, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidJobSpecError(field, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _require_int(value: Any, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJobSpecError(field, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidJobSpecError(field, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def replica_counts(kind: JobKind, manifest: Mapping[str, Any]) -> dict[str, int]:
+    """Highest replica count each replica type can reach (elastic jobs can grow to maxReplicas)."""
+    specs = _get(manifest, f"spec.{kind.replica_specs_key}") or {}
+    counts = {
+        replica_type: replica.get("replicas", 1) if isinstance(replica, Mapping) else 1
+        for replica_type, replica in specs.items()
+    }
+    max_replicas = _get(manifest, "spec.elasticPolicy.maxReplicas")
+    if kind.supports_elastic and isinstance(max_replicas, int) and kind.worker_replica in counts:
+        counts[kind.worker_replica] = max(counts[kind.worker_replica], max_replicas)
+    return {key: value for key, value in counts.items() if isinstance(value, int)}
+
+
+def max_job_name_length(kind: JobKind, manifest: Mapping[str, Any]) -> int:
+    """Longest job name whose pod and service names (``<name>-<replica>-<index>``) stay DNS labels."""
+    longest_suffix = max(
+        (
+            len(f"-{replica_type.lower()}-{max(count - 1, 0)}")
+            for replica_type, count in replica_counts(kind, manifest).items()
+        ),
+        default=0,
+    )
+    return MAX_NAME_LENGTH - longest_suffix
+
+
+def validate_name(kind: JobKind, manifest: Mapping[str, Any]) -> None:
+    name = _get(manifest, "metadata.name")
+    if not isinstance(name, str) or not name:
+        raise InvalidJobSpecError("metadata.name", "is required")
+    if not is_dns1035_label(name):
+        raise InvalidJobSpecError(
+            "metadata.name",
+            f"{name!r} is not a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+            "letter, ending with a letter or digit, at most 63 characters)",
+        )
+    limit = max_job_name_length(kind, manifest)
+    if len(name) > limit:
+        raise InvalidJobSpecError(
+            "metadata.name",
+            f"{name!r} has {len(name)} characters; at most {limit} fit once the operator appends "
+            "'-<replica>-<index>' to name pods and services",
+        )
+    for key, value in (_get(manifest, "metadata.labels") or {}).items():
+        if not isinstance(value, str) or not is_label_value(value):
+            raise InvalidJobSpecError(f"metadata.labels.{key}", f"{value!r} is not a valid label value")
+
+
+def _validate_container(kind: JobKind, pod_spec: Mapping[str, Any], field: str) -> None:
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise InvalidJobSpecError(f"{field}.containers", "at least one container is required")
+    names = [c.get("name") for c in containers if isinstance(c, Mapping)]
+    if kind.requires_named_container and kind.container_name not in names:
+        raise InvalidJobSpecError(
+            f"{field}.containers",
+            f"no container named {kind.container_name!r} (found {names}); the {kind.kind} operator "
+            f"only runs the container with that name",
+        )
+    for index, container in enumerate(containers):
+        container = _require_mapping(container, f"{field}.containers[{index}]")
+        label = f"{field}.containers[{container.get('name', index)}]"
+        if not container.get("name"):
+            raise InvalidJobSpecError(f"{label}.name", "is required")
+        image = container.get("image")
+        if not isinstance(image, str) or not image.strip():
+            raise InvalidJobSpecError(f"{label}.image", "is required (set image= or the container's image)")
+        for key in ("command", "args"):
+            value = container.get(key)
+            if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+                raise InvalidJobSpecError(f"{label}.{key}", f"must be a list of strings, got {value!r}")
+        # The resource name contains dots, so it cannot go through the dotted-path helper.
+        gpus = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
+        if gpus is not None and not str(gpus).isdigit():
+            raise InvalidJobSpecError(
+                f"{label}.resources.limits.nvidia.com/gpu", f"must be a whole number, got {gpus!r}"
+            )
+
+
+def _validate_replicas(kind: JobKind, manifest: Mapping[str, Any]) -> None:
+    field = f"spec.{kind.replica_specs_key}"
+    specs = _require_mapping(_get(manifest, field), field)
+    if not specs:
+        raise InvalidJobSpecError(field, "at least one replica spec is required")
+    for replica_type, replica in specs.items():
+        replica_field = f"{field}.{replica_type}"
+        if replica_type not in kind.replica_types:
+            raise InvalidJobSpecError(
+                replica_field,
+                f"unknown replica type for {kind.kind}; expected one of {sorted(kind.replica_types)}",
+            )
+        replica = _require_mapping(replica, replica_field)
+        replicas = _require_int(replica.get("replicas", 1), f"{replica_field}.replicas", 0)
+        if replica_type == kind.leader_replica and replicas != 1:
+            raise InvalidJobSpecError(f"{replica_field}.replicas", f"must be 1, got {replicas}")
+        if replica_type == kind.worker_replica and replicas < 1:
+            raise InvalidJobSpecError(f"{replica_field}.replicas", f"must be at least 1 worker, got {replicas}")
+        policy = replica.get("restartPolicy")
+        if policy is not None and policy not in kind.restart_policies:
+            raise InvalidJobSpecError(
+                f"{replica_field}.restartPolicy",
+                f"{policy!r} is not allowed for {kind.kind}; expected one of {sorted(kind.restart_policies)}",
+            )
+        template = _require_mapping(replica.get("template"), f"{replica_field}.template")
+        pod_spec = _require_mapping(template.get("spec"), f"{replica_field}.template.spec")
+        _validate_container(kind, pod_spec, f"{replica_field}.template.spec")
+
+
+def _validate_spec_fields(kind: JobKind, manifest: Mapping[str, Any]) -> None:
+    spec = manifest.get("spec") or {}
+    for dotted, allowed in kind.spec_choices:
+        value = _get(spec, dotted)
+        if value is not None and value not in allowed:
+            raise InvalidJobSpecError(f"spec.{dotted}", f"{value!r} is not one of {sorted(allowed)}")
+
+    run_policy = spec.get("runPolicy")
+    if run_policy is not None:
+        run_policy = _require_mapping(run_policy, "spec.runPolicy")
+        clean = run_policy.get("cleanPodPolicy")
+        if clean is not None and clean not in _CLEAN_POD_POLICIES:
+            raise InvalidJobSpecError(
+                "spec.runPolicy.cleanPodPolicy", f"{clean!r} is not one of {sorted(_CLEAN_POD_POLICIES)}"
+            )
+        for key in _NON_NEGATIVE_RUN_POLICY:
+            if run_policy.get(key) is not None:
+                _require_int(run_policy[key], f"spec.runPolicy.{key}", 0)
+        min_available = _get(run_policy, "schedulingPolicy.minAvailable")
+        if min_available is not None:
+            _require_int(min_available, "spec.runPolicy.schedulingPolicy.minAvailable", 1)
+
+    if "slotsPerWorker" in spec:
+        _require_int(spec["slotsPerWorker"], "spec.slotsPerWorker", 1)
+
+    elastic = spec.get("elasticPolicy")
+    if elastic is not None:
+        if not kind.supports_elastic:
+            raise InvalidJobSpecError("spec.elasticPolicy", f"{kind.kind} does not support elastic training")
+        elastic = _require_mapping(elastic, "spec.elasticPolicy")
+        low = elastic.get("minReplicas")
+        high = elastic.get("maxReplicas")
+        if low is not None:
+            _require_int(low, "spec.elasticPolicy.minReplicas", 1)
+        if high is not None:
+            _require_int(high, "spec.elasticPolicy.maxReplicas", 1)
+        if low is not None and high is not None and low > high:
+            raise InvalidJobSpecError("spec.elasticPolicy.minReplicas", f"{low} is greater than maxReplicas {high}")
+        workers = _get(spec, f"{kind.replica_specs_key}.{kind.worker_replica}.replicas")
+        if isinstance(workers, int) and ((low is not None and workers < low) or (high is not None and workers > high)):
+            raise InvalidJobSpecError(
+                f"spec.{kind.replica_specs_key}.{kind.worker_replica}.replicas",
+                f"{workers} is outside elasticPolicy [{low}, {high}]",
+            )
+        if elastic.get("maxRestarts") is not None:
+            _require_int(elastic["maxRestarts"], "spec.elasticPolicy.maxRestarts", 0)
+
+
+def validate_manifest(kind: JobKind, manifest: Mapping[str, Any]) -> None:
+    """Raise ``InvalidJobSpecError`` naming the first field the operators would reject."""
+    if manifest.get("apiVersion") != kind.api_version:
+        raise InvalidJobSpecError(
+            "apiVersion", f"{manifest.get('apiVersion')!r} does not match {kind.kind} ({kind.api_version})"
+        )
+    if manifest.get("kind") != kind.kind:
+        raise InvalidJobSpecError("kind", f"{manifest.get('kind')!r} does not match {kind.kind}")
+    _require_mapping(manifest.get("spec"), "spec")
+    _validate_replicas(kind, manifest)
+    _validate_spec_fields(kind, manifest)
+    validate_name(kind, manifest)

@@ -1,0 +1,87 @@
+"""Job names and the labels that tie a job to the Airflow task instance that created it.
+
+Pure functions: no Kubernetes client, no Airflow context objects, only strings in and strings out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import string
+from collections.abc import Mapping
+
+MAX_NAME_LENGTH = 63
+SUFFIX_LENGTH = 6
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+
+LABEL_PREFIX = "disttrain.airflow.apache.org"
+DAG_ID_LABEL = f"{LABEL_PREFIX}/dag-id"
+TASK_ID_LABEL = f"{LABEL_PREFIX}/task-id"
+RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+MAP_INDEX_LABEL = f"{LABEL_PREFIX}/map-index"
+TRY_NUMBER_LABEL = f"{LABEL_PREFIX}/try-number"
+# Label values are cut to 63 characters, so two long run ids could collide; the hash of the full
+# task-instance identity is what reattachment selects on.
+TASK_INSTANCE_LABEL = f"{LABEL_PREFIX}/task-instance"
+
+
+def is_dns1035_label(name: str) -> bool:
+    return len(name) <= MAX_NAME_LENGTH and bool(_DNS1035.match(name))
+
+
+def to_dns1035(text: str) -> str:
+    """Turn arbitrary text (a task id, say) into the start of a DNS-1035 label."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    name = re.sub(r"-{2,}", "-", name)
+    if not name or not name[0].isalpha():
+        name = f"job-{name}".rstrip("-")
+    return name
+
+
+def random_suffix(length: int = SUFFIX_LENGTH) -> str:
+    return "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(length))
+
+
+def generate_job_name(base: str, max_length: int = MAX_NAME_LENGTH, suffix: str | None = None) -> str:
+    """``<base>-<random suffix>``, cut so the whole name fits ``max_length`` and stays DNS-1035."""
+    suffix = suffix or random_suffix()
+    room = max_length - len(suffix) - 1
+    if room < 1:
+        raise ValueError(f"max_length {max_length} leaves no room for a name before the suffix")
+    stem = to_dns1035(base)[:room].rstrip("-") or "job"
+    return f"{stem}-{suffix}"
+
+
+def sanitize_label_value(value: object) -> str:
+    """Make ``value`` a valid label value: at most 63 of ``[A-Za-z0-9_.-]``, alphanumeric at both ends."""
+    text = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(value))[:MAX_NAME_LENGTH]
+    text = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", text)
+    return text
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= MAX_NAME_LENGTH and bool(_LABEL_VALUE.match(value))
+
+
+def task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: int) -> str:
+    """Stable short hash of one task instance (all its tries share it)."""
+    identity = "\x1f".join((dag_id, task_id, run_id, str(map_index)))
+    return hashlib.sha256(identity.encode()).hexdigest()[:40]
+
+
+def task_instance_labels(dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> dict[str, str]:
+    return {
+        DAG_ID_LABEL: sanitize_label_value(dag_id),
+        TASK_ID_LABEL: sanitize_label_value(task_id),
+        RUN_ID_LABEL: sanitize_label_value(run_id),
+        MAP_INDEX_LABEL: sanitize_label_value(map_index),
+        TRY_NUMBER_LABEL: sanitize_label_value(try_number),
+        TASK_INSTANCE_LABEL: task_instance_key(dag_id, task_id, run_id, map_index),
+    }
+
+
+def label_selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

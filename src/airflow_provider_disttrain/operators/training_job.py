@@ -1,0 +1,510 @@
+"""``TrainingJobOperator``: submit one Kubeflow training job and wait for it, in sync or deferrable mode.
+
+The operator orchestrates; the pure modules decide (``manifest`` builds and validates, ``naming``
+names, ``outcome`` judges a job, ``diagnostics`` explains a failure) and the hooks do the I/O. Module
+level imports stay light so that DAG files importing the operator parse fast: the hooks, the
+trigger and the Kubernetes clients are imported inside the methods that run on a worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator, conf
+from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
+
+from airflow_provider_disttrain import outcome as outcomes
+from airflow_provider_disttrain.exceptions import (
+    JobAlreadyExistsError,
+    JobFailedError,
+    JobTimeoutError,
+    TrainingJobError,
+)
+from airflow_provider_disttrain.kinds import JobKind, get_job_kind
+from airflow_provider_disttrain.links import TrainingJobLink
+from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
+from airflow_provider_disttrain.manifest.builder import JobParameters, RunPolicy, build_manifest, set_identity
+from airflow_provider_disttrain.manifest.loading import MANIFEST_EXTENSIONS, load_manifest
+from airflow_provider_disttrain.manifest.validation import max_job_name_length, validate_manifest
+from airflow_provider_disttrain.naming import (
+    TASK_INSTANCE_LABEL,
+    generate_job_name,
+    task_instance_labels,
+)
+from airflow_provider_disttrain.outcome import JobRef, check_job, seconds_to_deadline
+from airflow_provider_disttrain.status import JobState, describe_state, job_result, job_state, parse_time
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+IF_EXISTS_CHOICES = ("reattach", "fail", "replace")
+DELETE_ON_FINISH_CHOICES = ("never", "succeeded", "always")
+STATE_STORE_KEY = "disttrain_job"
+# The scheduler times a deferred task out at start_date + execution_timeout; the trigger reports the
+# timeout this much earlier so the task can still delete the job and explain itself.
+_DEFERRED_TIMEOUT_MARGIN = timedelta(seconds=15)
+
+
+def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        raise ValueError(f"{field}: expected a positive number of seconds or a timedelta, got {value!r}")
+    return float(seconds)
+
+
+def _choice(value: str, choices: Sequence[str], field: str) -> str:
+    if value not in choices:
+        raise ValueError(f"{field}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _positive_int(value: int | None, field: str, minimum: int = 1) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{field}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class TrainingJobOperator(BaseOperator):
+    """Submit a Kubeflow training job (any kind in the kinds table) and wait until it finishes.
+
+    Describe the job with ``job_manifest`` (a dict, YAML text or a ``.yaml``/``.yml``/``.json`` file,
+    rendered with Jinja), with builder parameters, or both (parameters win). The return value is a
+    JSON-safe summary: ``name``, ``namespace``, ``kind``, ``uid``, ``state``, ``conditions``,
+    ``start_time``, ``completion_time``, ``duration_seconds``, ``replica_statuses``.
+
+    :param kind: job kind, e.g. ``PyTorchJob``, ``MPIJob``, ``TFJob``, ``XGBoostJob``, ``PaddleJob``, ``JAXJob``.
+    :param job_manifest: the job as a dict, YAML text or path to a YAML/JSON file (templated).
+    :param job_name: explicit job name; without it a name is generated from the manifest's name or the
+        task id plus a random suffix. With an explicit name ``if_exists`` decides what an existing job means.
+    :param namespace: namespace (default: the manifest's, else the connection's, else ``default``).
+    :param kubernetes_conn_id: the cncf.kubernetes connection (kubeconfig, in-cluster, context, namespace).
+    :param cluster_context: kubeconfig context overriding the connection's.
+    :param config_file: kubeconfig file overriding the connection's.
+    :param image: container image of every replica.
+    :param command: container command (for an MPIJob, the launcher's).
+    :param args: container args.
+    :param env: environment, as a mapping or a list of Kubernetes ``EnvVar`` dicts.
+    :param num_workers: Worker replicas.
+    :param resources: container resources for every replica, or a mapping of replica type to resources.
+    :param gpus_per_replica: shortcut for ``limits: {nvidia.com/gpu: N}`` on each (GPU-using) replica.
+    :param restart_policy: replica restart policy (Always, OnFailure, Never, ExitCode; MPI: Never, OnFailure).
+    :param clean_pod_policy: ``runPolicy.cleanPodPolicy`` (All, Running, None).
+    :param ttl_seconds_after_finished: ``runPolicy.ttlSecondsAfterFinished``.
+    :param active_deadline_seconds: ``runPolicy.activeDeadlineSeconds``.
+    :param backoff_limit: ``runPolicy.backoffLimit``.
+    :param queue: ``runPolicy.schedulingPolicy.queue`` (gang scheduler queue).
+    :param priority_class: ``runPolicy.schedulingPolicy.priorityClass``.
+    :param min_available: ``runPolicy.schedulingPolicy.minAvailable``.
+    :param labels: labels for the job and its pods.
+    :param annotations: annotations for the job and its pods.
+    :param node_selector: pod node selector.
+    :param tolerations: pod tolerations.
+    :param volumes: pod volumes.
+    :param volume_mounts: container volume mounts.
+    :param service_account_name: pod service account.
+    :param image_pull_secrets: names of image pull secrets.
+    :param shm_size: size of a memory-backed ``/dev/shm`` (e.g. ``"8Gi"``), which PyTorch data loaders need.
+    :param spec_fields: extra kind-specific ``spec`` fields, deep-merged (the subclasses fill this).
+    :param if_exists: for an explicit ``job_name`` that exists: ``reattach`` (if it is still running),
+        ``fail`` or ``replace``.
+    :param wait_for_completion: wait for the job to finish (False returns as soon as it is created).
+    :param deferrable: wait in the triggerer; defaults to ``[operators] default_deferrable``.
+    :param poll_interval: seconds between status reads (sync mode, or the trigger's fallback polling).
+    :param startup_timeout: how long the job may stay queued (pods Pending) before the task fails.
+    :param delete_on_finish: ``never``, ``succeeded`` or ``always`` delete the job once it finished.
+    :param delete_on_timeout: delete the job when a timeout fails the task (default True).
+    :param delete_on_kill: delete the job when the task is killed (mark failed, clear) (default True).
+    :param log_replicas: whose logs go to the task log: ``leader``, ``all``, ``none`` or a list of
+        replicas such as ``["master-0", "worker-1"]``.
+    :param dry_run: only ask the API server to validate the job (``dryRun=All``); nothing is created.
+    """
+
+    template_fields: Sequence[str] = (
+        "job_manifest",
+        "job_name",
+        "namespace",
+        "image",
+        "command",
+        "args",
+        "env",
+        "labels",
+        "annotations",
+        "config_file",
+        "cluster_context",
+    )
+    template_ext: Sequence[str] = MANIFEST_EXTENSIONS
+    template_fields_renderers = {"job_manifest": "yaml", "env": "json", "labels": "json"}
+    operator_extra_links = (TrainingJobLink(),)
+    ui_color = "#e8f0fe"
+    default_kind = "PyTorchJob"
+
+    def __init__(
+        self,
+        *,
+        kind: str | None = None,
+        job_manifest: Mapping[str, Any] | str | None = None,
+        job_name: str | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        cluster_context: str | None = None,
+        config_file: str | None = None,
+        image: str | None = None,
+        command: Sequence[str] | None = None,
+        args: Sequence[str] | None = None,
+        env: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        num_workers: int | None = None,
+        resources: Mapping[str, Any] | None = None,
+        gpus_per_replica: int | None = None,
+        restart_policy: str | None = None,
+        clean_pod_policy: str | None = None,
+        ttl_seconds_after_finished: int | None = None,
+        active_deadline_seconds: int | None = None,
+        backoff_limit: int | None = None,
+        queue: str | None = None,
+        priority_class: str | None = None,
+        min_available: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        node_selector: Mapping[str, str] | None = None,
+        tolerations: Sequence[Mapping[str, Any]] | None = None,
+        volumes: Sequence[Mapping[str, Any]] | None = None,
+        volume_mounts: Sequence[Mapping[str, Any]] | None = None,
+        service_account_name: str | None = None,
+        image_pull_secrets: Sequence[str] | None = None,
+        shm_size: str | None = None,
+        spec_fields: Mapping[str, Any] | None = None,
+        if_exists: str = "reattach",
+        wait_for_completion: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 10.0,
+        startup_timeout: timedelta | float | None = timedelta(hours=1),
+        delete_on_finish: str = "never",
+        delete_on_timeout: bool = True,
+        delete_on_kill: bool = True,
+        log_replicas: str | Sequence[str] = LEADER,
+        dry_run: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.kind = get_job_kind(kind or self.default_kind).kind
+        self.job_manifest = job_manifest
+        self.job_name = job_name
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.cluster_context = cluster_context
+        self.config_file = config_file
+        self.image = image
+        self.command = command
+        self.args = args
+        self.env = env
+        self.labels = labels
+        self.annotations = annotations
+        # Parameters that are not templated are checked and packed now, so a typo fails at parse time.
+        self.num_workers = _positive_int(num_workers, "num_workers")
+        self.gpus_per_replica = _positive_int(gpus_per_replica, "gpus_per_replica", minimum=0)
+        self.builder_options: dict[str, Any] = {
+            "resources": resources,
+            "gpus_per_replica": self.gpus_per_replica,
+            "restart_policy": restart_policy,
+            "run_policy": RunPolicy(
+                clean_pod_policy=clean_pod_policy,
+                ttl_seconds_after_finished=ttl_seconds_after_finished,
+                active_deadline_seconds=active_deadline_seconds,
+                backoff_limit=backoff_limit,
+                queue=queue,
+                priority_class=priority_class,
+                min_available=min_available,
+            ),
+            "node_selector": node_selector,
+            "tolerations": tolerations,
+            "volumes": volumes,
+            "volume_mounts": volume_mounts,
+            "service_account_name": service_account_name,
+            "image_pull_secrets": image_pull_secrets,
+            "shm_size": shm_size,
+            "spec_fields": spec_fields,
+        }
+        self.if_exists = _choice(if_exists, IF_EXISTS_CHOICES, "if_exists")
+        self.wait_for_completion = wait_for_completion
+        self.deferrable = deferrable
+        self.poll_interval = _seconds(poll_interval, "poll_interval") or 10.0
+        self.startup_timeout = _seconds(startup_timeout, "startup_timeout")
+        self.delete_on_finish = _choice(delete_on_finish, DELETE_ON_FINISH_CHOICES, "delete_on_finish")
+        self.delete_on_timeout = delete_on_timeout
+        self.delete_on_kill = delete_on_kill
+        validate_log_replicas(log_replicas)
+        self.log_replicas = log_replicas
+        self.dry_run = dry_run
+        self._job_ref: JobRef | None = None
+        self._keep_job_on_kill = False
+
+    # -- collaborators ------------------------------------------------------------------------------
+
+    @property
+    def job_kind(self) -> JobKind:
+        return get_job_kind(self.kind)
+
+    @cached_property
+    def hook(self) -> TrainingJobHook:
+        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+        return TrainingJobHook(
+            conn_id=self.kubernetes_conn_id,
+            cluster_context=self.cluster_context,
+            config_file=self.config_file,
+        )
+
+    # -- building the manifest (pure) ---------------------------------------------------------------
+
+    def job_parameters(self) -> JobParameters:
+        return JobParameters(
+            image=self.image,
+            command=self.command,
+            args=self.args,
+            env=self.env,
+            num_workers=self.num_workers,
+            labels=self.labels,
+            annotations=self.annotations,
+            **self.builder_options,
+        )
+
+    def build_job_manifest(self, context: Context, default_namespace: str) -> dict[str, Any]:
+        """The exact manifest this task instance submits: built, named, labelled and validated."""
+        kind = self.job_kind
+        manifest = build_manifest(kind, load_manifest(self.job_manifest), self.job_parameters())
+        metadata = manifest.get("metadata") or {}
+        namespace = self.namespace or metadata.get("namespace") or default_namespace
+        if self.job_name:
+            name = self.job_name
+        else:
+            base = metadata.get("name") or metadata.get("generateName") or self.task_id
+            name = generate_job_name(base, max_length=max_job_name_length(kind, manifest))
+        ti = context["ti"]
+        labels = task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+        manifest = set_identity(manifest, name, namespace, labels)
+        validate_manifest(kind, manifest)
+        return manifest
+
+    # -- execute ------------------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        hook = self.hook
+        manifest = self.build_job_manifest(context, hook.default_namespace())
+        if self.dry_run:
+            admitted = hook.create_job(self.kind, manifest, manifest["metadata"]["namespace"], dry_run=True)
+            self.log.info("Dry run: the API server accepted %s %s", self.kind, manifest["metadata"]["name"])
+            return job_result(admitted, self.kind)
+
+        job, reattached = self._submit_or_reattach(hook, manifest, context)
+        metadata = job["metadata"]
+        self._job_ref = JobRef(self.kind, metadata["name"], metadata["namespace"], metadata.get("uid"))
+        context["ti"].xcom_push(key="job_name", value=metadata["name"])
+        context["ti"].xcom_push(key="job_namespace", value=metadata["namespace"])
+        self.log.info(
+            "%s %s: %s",
+            "Reattached to" if reattached else "Submitted",
+            self._job_ref.title,
+            describe_state(job),
+        )
+        if not self.wait_for_completion:
+            return job_result(job, self.kind)
+
+        startup_deadline = self._startup_deadline(job)
+        if self.deferrable and not job_state(job).is_terminal:
+            self._defer(hook, startup_deadline, context)
+        try:
+            outcome = self._wait(hook, self._job_ref, startup_deadline)
+        except AirflowTaskTimeout:
+            self._keep_job_on_kill = not self.delete_on_timeout
+            raise
+        return self._finish(hook, outcome, context, logs_forwarded=True)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after the trigger fired: the same ending as the sync path."""
+        self._job_ref = JobRef(self.kind, event["name"], event["namespace"], (event.get("job") or {}).get("uid"))
+        return self._finish(self.hook, event, context, logs_forwarded=False)
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        # If the scheduler's own deferral timeout beat the trigger's deadline, the job must still go.
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except TaskDeferralTimeout:
+            ref = self._ref_from_xcom(context)
+            if ref and self.delete_on_timeout:
+                self.log.warning("Deferral timed out: deleting %s", ref.title)
+                self.hook.delete_job(ref.kind, ref.name, ref.namespace)
+            raise
+
+    def on_kill(self) -> None:
+        """The task was killed while waiting in sync mode (or timed out): delete its job."""
+        ref = self._job_ref
+        if ref is None or not self.delete_on_kill or self._keep_job_on_kill:
+            return
+        self.log.info("Task killed: deleting %s", ref.title)
+        self.hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+
+    # -- submission and reattachment ----------------------------------------------------------------
+
+    def _submit_or_reattach(
+        self, hook: TrainingJobHook, manifest: dict[str, Any], context: Context
+    ) -> tuple[dict[str, Any], bool]:
+        namespace = manifest["metadata"]["namespace"]
+        name = manifest["metadata"]["name"]
+        store = context.get("task_state_store")
+        if existing := self._earlier_try_job(hook, manifest, store):
+            return existing, True
+        if self.job_name and (current := hook.get_job(self.kind, name, namespace)):
+            if self.if_exists == "fail":
+                raise JobAlreadyExistsError(f"{self.kind} {namespace}/{name} already exists (if_exists='fail')")
+            if self.if_exists == "reattach" and not job_state(current).is_terminal:
+                return current, True
+            self.log.info("Replacing %s %s/%s (%s)", self.kind, namespace, name, describe_state(current))
+            self._delete_and_wait(hook, current)
+        try:
+            job = hook.create_job(self.kind, manifest, namespace)
+        except JobAlreadyExistsError:
+            # A create whose reply was lost and was retried, or a race with another try of this task.
+            job = hook.get_job(self.kind, name, namespace)
+            ours = (
+                job
+                and (job["metadata"].get("labels") or {}).get(TASK_INSTANCE_LABEL)
+                == (manifest["metadata"]["labels"][TASK_INSTANCE_LABEL])
+            )
+            if not ours:
+                raise
+        if store is not None:
+            store.set(
+                STATE_STORE_KEY,
+                {"kind": self.kind, "name": name, "namespace": namespace, "uid": job["metadata"].get("uid")},
+            )
+        return job, False
+
+    def _earlier_try_job(self, hook: TrainingJobHook, manifest: dict[str, Any], store: Any) -> dict[str, Any] | None:
+        """A job an earlier try of this task instance created and that is still running."""
+        namespace = manifest["metadata"]["namespace"]
+        if store is not None and (saved := store.get(STATE_STORE_KEY)):
+            job = hook.get_job(saved["kind"], saved["name"], saved["namespace"])
+            if job and job["metadata"].get("uid") == saved.get("uid") and not job_state(job).is_terminal:
+                return job
+        key = manifest["metadata"]["labels"][TASK_INSTANCE_LABEL]
+        running = [
+            job
+            for job in hook.find_jobs(self.kind, namespace, {TASK_INSTANCE_LABEL: key})
+            if not job_state(job).is_terminal
+        ]
+        return running[-1] if running else None
+
+    def _delete_and_wait(self, hook: TrainingJobHook, job: dict[str, Any], timeout: float = 120.0) -> None:
+        metadata = job["metadata"]
+        hook.delete_job(self.kind, metadata["name"], metadata["namespace"], uid=metadata.get("uid"))
+        deadline = time.monotonic() + timeout
+        while hook.get_job(self.kind, metadata["name"], metadata["namespace"]) is not None:
+            if time.monotonic() > deadline:
+                raise TrainingJobError(
+                    f"{self.kind} {metadata['namespace']}/{metadata['name']} was not deleted in {timeout:.0f}s"
+                )
+            time.sleep(1)
+
+    # -- waiting --------------------------------------------------------------------------------------
+
+    def _startup_deadline(self, job: dict[str, Any]) -> float | None:
+        if self.startup_timeout is None:
+            return None
+        created_at = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+        start = created_at.timestamp() if created_at else time.time()
+        return start + self.startup_timeout
+
+    def _execution_deadline(self, context: Context) -> float | None:
+        if self.execution_timeout is None:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        started = start.timestamp() if start else time.time()
+        return started + (self.execution_timeout - _DEFERRED_TIMEOUT_MARGIN).total_seconds()
+
+    def _defer(self, hook: TrainingJobHook, startup_deadline: float | None, context: Context) -> None:
+        from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+
+        assert self._job_ref is not None
+        self.defer(
+            trigger=TrainingJobTrigger(
+                kind=self.kind,
+                name=self._job_ref.name,
+                namespace=self._job_ref.namespace,
+                uid=self._job_ref.uid,
+                startup_deadline=startup_deadline,
+                execution_deadline=self._execution_deadline(context),
+                poll_interval=self.poll_interval,
+                delete_on_kill=self.delete_on_kill,
+                **hook.trigger_connection_args(),
+            ),
+            method_name="execute_complete",
+        )
+
+    def _wait(self, hook: TrainingJobHook, ref: JobRef, startup_deadline: float | None) -> dict[str, Any]:
+        """Poll until ``check_job`` says the wait is over, copying the leader's new log lines each time."""
+        forwarder = LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log)
+        last_state: JobState | None = None
+        while True:
+            job = hook.get_job(ref.kind, ref.name, ref.namespace)
+            forwarder.forward()
+            if outcome := check_job(ref, job, now=time.time(), startup_deadline=startup_deadline):
+                forwarder.forward()
+                return outcome
+            state = job_state(job or {})
+            if state != last_state:
+                self.log.info("%s is %s", ref.title, describe_state(job or {}))
+                last_state = state
+            remaining = seconds_to_deadline(state, now=time.time(), startup_deadline=startup_deadline)
+            time.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining + 0.1))
+
+    # -- the ending, shared by both modes -------------------------------------------------------------
+
+    def _finish(
+        self, hook: TrainingJobHook, outcome: dict[str, Any], context: Context, *, logs_forwarded: bool
+    ) -> dict[str, Any]:
+        ref = self._job_ref
+        assert ref is not None
+        status = outcome["status"]
+        if not logs_forwarded:
+            LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log).forward()
+        job = hook.get_job(ref.kind, ref.name, ref.namespace) if status != outcomes.SUCCESS else None
+        if status == outcomes.SUCCESS:
+            result = outcome["job"]
+            self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
+            if self.delete_on_finish in ("succeeded", "always"):
+                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+            return result
+        message = hook.explain_outcome(ref, outcome["message"], job, logger=self.log)
+        if status == outcomes.FAILED:
+            if self.delete_on_finish == "always":
+                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+            raise JobFailedError(message)
+        if status == outcomes.TIMEOUT:
+            if self.delete_on_timeout:
+                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+                message += f"\n{ref.title} was deleted (delete_on_timeout=True)."
+            raise JobTimeoutError(message)
+        if job is not None and not job_state(job).is_terminal and self._is_last_try(context):
+            # Nothing will come back for this job: a later try would have reattached to it.
+            hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+            message += f"\n{ref.title} was deleted: this was the task's last try."
+        raise TrainingJobError(message)
+
+    def _is_last_try(self, context: Context) -> bool:
+        return context["ti"].try_number > (self.retries or 0)
+
+    def _ref_from_xcom(self, context: Context) -> JobRef | None:
+        ti = context["ti"]
+        name = ti.xcom_pull(task_ids=ti.task_id, key="job_name", map_indexes=ti.map_index)
+        namespace = ti.xcom_pull(task_ids=ti.task_id, key="job_namespace", map_indexes=ti.map_index)
+        return JobRef(self.kind, name, namespace) if name and namespace else None

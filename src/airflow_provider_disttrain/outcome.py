@@ -1,0 +1,109 @@
+"""Deciding, from one look at a job, whether the wait is over and how it ended.
+
+Shared by the synchronous wait loop, the sensor and the trigger, so that deferrable and sync mode
+end in the same way for the same job. An outcome is a JSON-safe dict (it travels as a trigger event):
+``{"status": "success" | "failed" | "timeout" | "error", "kind", "name", "namespace", "state",
+"message", "job"}`` where ``job`` is the ``job_result`` summary (or None when the job is gone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_disttrain.status import JobState, describe_state, job_result, job_state
+
+SUCCESS = "success"
+FAILED = "failed"
+TIMEOUT = "timeout"
+ERROR = "error"
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Which job a wait is about; ``uid`` pins the exact object, not just the name."""
+
+    kind: str
+    name: str
+    namespace: str
+    uid: str | None = None
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "status": status,
+        "kind": ref.kind,
+        "name": ref.name,
+        "namespace": ref.namespace,
+        "state": job_state(job).value if job else None,
+        "message": message,
+        "job": job_result(job, ref.kind) if job else None,
+    }
+
+
+def job_gone(ref: JobRef) -> dict[str, Any]:
+    return make_outcome(ref, ERROR, f"{ref.title} no longer exists: it was deleted outside this task")
+
+
+def check_job(
+    ref: JobRef,
+    job: Mapping[str, Any] | None,
+    *,
+    now: float,
+    startup_deadline: float | None = None,
+    execution_deadline: float | None = None,
+) -> dict[str, Any] | None:
+    """The outcome if the wait is over (finished, replaced, gone or past a deadline), else None.
+
+    ``startup_deadline`` only applies while the job is queued; ``execution_deadline`` always.
+    """
+    if job is None:
+        return job_gone(ref)
+    uid = (job.get("metadata") or {}).get("uid")
+    if ref.uid and uid and uid != ref.uid:
+        return make_outcome(
+            ref,
+            ERROR,
+            f"{ref.title} was deleted and recreated outside this task (uid {uid}, expected {ref.uid})",
+            job,
+        )
+    state = job_state(job)
+    if state is JobState.SUCCEEDED:
+        return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
+    if state is JobState.FAILED:
+        return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)
+    if execution_deadline is not None and now >= execution_deadline:
+        return make_outcome(
+            ref,
+            TIMEOUT,
+            f"{ref.title} did not finish within the task's execution_timeout; last state: {describe_state(job)}",
+            job,
+        )
+    if startup_deadline is not None and now >= startup_deadline and state is JobState.QUEUED:
+        return make_outcome(
+            ref,
+            TIMEOUT,
+            f"{ref.title} did not start within startup_timeout; last state: {describe_state(job)}",
+            job,
+        )
+    return None
+
+
+def seconds_to_deadline(
+    state: JobState | None,
+    *,
+    now: float,
+    startup_deadline: float | None = None,
+    execution_deadline: float | None = None,
+) -> float | None:
+    """How long a waiter may sleep before a deadline that applies to ``state`` passes."""
+    deadlines = [execution_deadline]
+    if state in (None, JobState.QUEUED):
+        deadlines.append(startup_deadline)
+    remaining = [deadline - now for deadline in deadlines if deadline is not None]
+    return max(min(remaining), 0.0) if remaining else None
