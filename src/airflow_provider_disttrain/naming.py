@@ -73,7 +73,7 @@ def task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: int) ->
 
 
 def task_instance_labels(dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> dict[str, str]:
-    return {
+    labels = {
         DAG_ID_LABEL: sanitize_label_value(dag_id),
         TASK_ID_LABEL: sanitize_label_value(task_id),
         RUN_ID_LABEL: sanitize_label_value(run_id),
@@ -81,6 +81,11 @@ def task_instance_labels(dag_id: str, task_id: str, run_id: str, map_index: int,
         TRY_NUMBER_LABEL: sanitize_label_value(try_number),
         TASK_INSTANCE_LABEL: task_instance_key(dag_id, task_id, run_id, map_index),
     }
+    if map_index < 0:
+        # An unmapped task (map_index -1): "-1" is no valid label value and sanitizing it gives "1",
+        # which would claim map index 1. Like the cncf pod operator, leave the label off.
+        del labels[MAP_INDEX_LABEL]
+    return labels
 
 
 def label_selector(labels: Mapping[str, str]) -> str:

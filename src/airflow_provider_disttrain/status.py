@@ -63,11 +63,16 @@ def _timestamp(condition: Mapping[str, Any]) -> str:
     return str(condition.get("lastTransitionTime") or condition.get("lastUpdateTime") or "")
 
 
-def job_state(job: Mapping[str, Any]) -> JobState:
-    """The job's state from its newest true condition; Failed and Succeeded are final once set."""
+def _deciding_condition(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The true condition the state comes from: the newest terminal one, else the newest one."""
     true_conditions = [c for c in _conditions(job) if _is_true(c) and c.get("type") in _CONDITION_STATES]
     terminal = [c for c in true_conditions if c.get("type") in ("Succeeded", "Failed")]
-    newest = _newest(terminal) or _newest(true_conditions)
+    return _newest(terminal) or _newest(true_conditions)
+
+
+def job_state(job: Mapping[str, Any]) -> JobState:
+    """The job's state from its newest true condition; Failed and Succeeded are final once set."""
+    newest = _deciding_condition(job)
     if newest is None:
         return JobState.QUEUED
     return JobState(_CONDITION_STATES[str(newest["type"])])
@@ -129,7 +134,8 @@ def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
 
 def describe_state(job: Mapping[str, Any]) -> str:
     """One line for the task log: the state and the newest condition's reason and message."""
-    newest = newest_true_condition(job)
+    # The condition the state was read from, so a Running set after Failed cannot explain a failure.
+    newest = _deciding_condition(job)
     state = job_state(job).value
     if not newest:
         return f"{state} (no conditions yet)"

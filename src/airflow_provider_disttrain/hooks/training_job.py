@@ -24,7 +24,9 @@ from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
 
 # Connection extras that point at kubeconfig material; dropped when the material itself is shipped.
+# The cncf hooks also read them under the pre-2.3 prefix, so both spellings go.
 _KUBECONFIG_EXTRAS = ("kube_config_path", "kube_config", "in_cluster")
+_LEGACY_EXTRA_PREFIX = "extra__kubernetes__"
 LOG_TAIL_LINES = 30
 
 
@@ -226,7 +228,9 @@ class TrainingJobHook(KubernetesHook):
             with open(path) as kubeconfig:
                 args["config_dict"] = yaml.safe_load(kubeconfig)
             args["connection_extras"] = {
-                key: value for key, value in self.conn_extras.items() if key not in _KUBECONFIG_EXTRAS
+                key: value
+                for key, value in self.conn_extras.items()
+                if key.removeprefix(_LEGACY_EXTRA_PREFIX) not in _KUBECONFIG_EXTRAS
             }
         return args
 

@@ -72,6 +72,8 @@ class JobParameters:
     shm_size: str | None = None
     spec_fields: Mapping[str, Any] | None = None
     """Kind-specific ``spec`` fields (elasticPolicy, slotsPerWorker, ...), deep-merged into the spec."""
+    with_leader: bool = True
+    """Whether a job built from scratch gets the kind's leader replica (an elastic PyTorchJob has none)."""
 
 
 def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,9 +120,12 @@ def _resources_for(params: JobParameters, replica_type: str, kind: JobKind) -> d
 
 def _skeleton(kind: JobKind, params: JobParameters) -> dict[str, Any]:
     replica_specs: dict[str, Any] = {}
-    if kind.builder_leader_replica:
-        replica_specs[kind.builder_leader_replica] = {"replicas": 1}
-    replica_specs[kind.worker_replica] = {"replicas": params.num_workers if params.num_workers is not None else 1}
+    if kind.builder_leader_replica and params.with_leader:
+        replica_specs[kind.builder_leader_replica] = {"replicas": 1, "restartPolicy": kind.default_restart_policy}
+    replica_specs[kind.worker_replica] = {
+        "replicas": params.num_workers if params.num_workers is not None else 1,
+        "restartPolicy": kind.default_restart_policy,
+    }
     return {
         "apiVersion": kind.api_version,
         "kind": kind.kind,
@@ -140,16 +145,20 @@ def _main_container(kind: JobKind, pod_spec: dict[str, Any]) -> tuple[dict[str, 
             return container, False
     if containers and not kind.requires_named_container:
         return containers[0], False
+    if containers:
+        # The manifest names its containers, none as the operator expects: a mistake validation
+        # reports by name. Adding one here would hide it and run an extra container beside the user's.
+        return {}, False
     container: dict[str, Any] = {"name": kind.container_name}
     containers.insert(0, container)
     return container, True
 
 
 def _apply_to_replica(kind: JobKind, replica_type: str, replica: dict[str, Any], params: JobParameters) -> None:
+    # Without restart_policy a replica keeps the manifest's (or, unset, the operator's own default,
+    # which differs by kind and replica); only replicas the builder creates get the table's default.
     if params.restart_policy is not None:
         replica["restartPolicy"] = params.restart_policy
-    else:
-        replica.setdefault("restartPolicy", kind.default_restart_policy)
     template = replica.setdefault("template", {})
     pod_metadata = template.setdefault("metadata", {})
     if params.labels:
@@ -220,7 +229,8 @@ def build_manifest(
         # Left for validation to report with the field's path.
         return manifest
     if params.num_workers is not None:
-        replica_specs.setdefault(kind.worker_replica, {})["replicas"] = params.num_workers
+        worker = replica_specs.setdefault(kind.worker_replica, {"restartPolicy": kind.default_restart_policy})
+        worker["replicas"] = params.num_workers
     for replica_type, replica in replica_specs.items():
         if isinstance(replica, dict):
             _apply_to_replica(kind, replica_type, replica, params)

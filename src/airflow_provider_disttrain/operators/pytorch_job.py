@@ -41,6 +41,8 @@ class PyTorchJobOperator(TrainingJobOperator):
     :param elastic_policy: ``spec.elasticPolicy`` as a mapping, e.g. ``{"min_replicas": 2,
         "max_replicas": 8, "rdzv_backend": "c10d", "max_restarts": 3}``; workers can then be scaled with
         ``ScaleTrainingJobOperator`` within [min, max].
+    :param with_master: give a job built from parameters a Master replica; default: yes, unless the job
+        is elastic (torchrun's rendezvous replaces the Master there).
     """
 
     default_kind = "PyTorchJob"
@@ -50,6 +52,7 @@ class PyTorchJobOperator(TrainingJobOperator):
         *,
         nproc_per_node: int | str | None = None,
         elastic_policy: Mapping[str, Any] | None = None,
+        with_master: bool | None = None,
         spec_fields: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -68,5 +71,6 @@ class PyTorchJobOperator(TrainingJobOperator):
         if elastic_policy is not None:
             fields["elasticPolicy"] = elastic_policy_spec(elastic_policy)
         super().__init__(kind="PyTorchJob", spec_fields=fields or None, **kwargs)
+        self.builder_options["with_leader"] = with_master if with_master is not None else elastic_policy is None
         self.nproc_per_node = nproc_per_node
         self.elastic_policy = elastic_policy

@@ -1,0 +1,50 @@
+# airflow-provider-disttrain: one entry point for setting up, testing and demoing the provider.
+#   make demo   - venv + local cluster + example 1 end to end with `airflow dags test`
+#   make test   - venv + local cluster + lint + unit and integration tests (what CI runs)
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+REPO_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+PYTHON ?= python3.11
+VENV := $(REPO_ROOT)/.venv
+VENV_PY := $(VENV)/bin/python
+UV := $(shell command -v uv 2>/dev/null)
+export DEVCLUSTER_DIR ?= $(REPO_ROOT)/.devcluster
+
+include $(REPO_ROOT)/Makefile.cluster
+
+.PHONY: help venv lint unit-test integration-test test demo bench clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	@echo "==> Python environment ($(VENV))"
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
+	@uv venv --quiet --allow-existing -p $(PYTHON) $(VENV)
+	@uv pip install --quiet -p $(VENV_PY) -e ".[test]"
+	@touch $@
+
+venv: $(VENV)/.installed ## Create .venv with the provider, Airflow and the test tools
+
+lint: venv ## ruff check and format check
+	@$(VENV)/bin/ruff check src tests example_dags bench training demo
+	@$(VENV)/bin/ruff format --check src tests example_dags bench training demo
+
+unit-test: venv ## Unit tests only (no cluster)
+	@$(VENV)/bin/pytest tests -m "not integration" -q -p no:cacheprovider
+
+integration-test: venv cluster-up ## Integration tests against the local cluster
+	@$(VENV)/bin/pytest tests -m integration -q -p no:cacheprovider
+
+test: venv cluster-up lint ## Everything CI runs: lint, unit and integration tests on the local cluster
+	@$(VENV)/bin/pytest tests -q -p no:cacheprovider -rs
+
+demo: venv cluster-up ## Run example 1 (retraining pipeline) end to end on the local cluster
+	@$(VENV_PY) demo/run_demo.py
+
+bench: venv ## Import-cost benchmark (provider vs cncf SparkKubernetesOperator)
+	@$(VENV_PY) bench/import_cost.py
+
+clean: cluster-down ## Stop the cluster and remove local state (not the binary cache)
+	@rm -rf $(DEVCLUSTER_DIR) .airflow

@@ -1,0 +1,124 @@
+"""Merge patches for scaling, suspending and resuming a job that already runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError
+from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.manifest.patches import current_workers, scale_patch, suspend_patch
+
+PYTORCH = JOB_KINDS["PyTorchJob"]
+MPI = JOB_KINDS["MPIJob"]
+TF = JOB_KINDS["TFJob"]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "kind", "workers"),
+    [
+        ("status/pytorchjob-running.yaml", "PyTorchJob", 1),
+        ("manifests/pytorchjob-elastic.yaml", "PyTorchJob", 2),
+        ("status/mpijob-succeeded.yaml", "MPIJob", 2),
+        ("manifests/tfjob.yaml", "TFJob", 4),
+    ],
+)
+def test_current_workers_reads_the_worker_replicas(load_yaml, fixture, kind, workers):
+    assert current_workers(JOB_KINDS[kind], load_yaml(fixture)) == workers
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        {},
+        {"spec": None},
+        {"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}}}},
+        {"spec": {"pytorchReplicaSpecs": {"Worker": {}}}},
+        {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "3"}}}},
+        {"spec": {"pytorchReplicaSpecs": ["Worker"]}},
+    ],
+    ids=["empty", "spec null", "master only", "no replicas field", "replicas as text", "specs as list"],
+)
+def test_current_workers_is_none_when_there_is_no_worker_count(job):
+    assert current_workers(PYTORCH, job) is None
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_scaling_an_elastic_job_within_its_range(load_yaml, replicas):
+    job = load_yaml("manifests/pytorchjob-elastic.yaml")
+    assert scale_patch(PYTORCH, job, replicas) == {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": replicas}}}}
+
+
+@pytest.mark.parametrize("replicas", [4, 10])
+def test_scaling_an_elastic_job_above_its_maximum_is_refused(load_yaml, replicas):
+    job = load_yaml("manifests/pytorchjob-elastic.yaml")
+
+    with pytest.raises(InvalidJobSpecError) as excinfo:
+        scale_patch(PYTORCH, job, replicas)
+
+    assert excinfo.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
+    assert excinfo.value.problem == f"{replicas} is outside the job's elasticPolicy range [1, 3]"
+
+
+def test_scaling_an_elastic_job_below_its_minimum_is_refused(load_yaml):
+    job = load_yaml("manifests/pytorchjob-elastic.yaml")
+    job["spec"]["elasticPolicy"]["minReplicas"] = 2
+
+    with pytest.raises(InvalidJobSpecError, match=r"1 is outside the job's elasticPolicy range \[2, 3\]"):
+        scale_patch(PYTORCH, job, 1)
+
+
+def test_an_elastic_policy_with_only_a_maximum_bounds_only_from_above(load_yaml):
+    job = load_yaml("manifests/pytorchjob-elastic.yaml")
+    del job["spec"]["elasticPolicy"]["minReplicas"]
+
+    assert scale_patch(PYTORCH, job, 1)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    with pytest.raises(InvalidJobSpecError, match=r"range \[None, 3\]"):
+        scale_patch(PYTORCH, job, 4)
+
+
+def test_a_non_elastic_job_scales_to_any_positive_count(load_yaml):
+    job = load_yaml("status/pytorchjob-running.yaml")
+    assert scale_patch(PYTORCH, job, 16) == {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 16}}}}
+
+
+def test_scaling_an_mpijob_patches_mpi_replica_specs(load_yaml):
+    job = load_yaml("manifests/mpijob.yaml")
+    assert scale_patch(MPI, job, 4) == {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 4}}}}
+
+
+def test_elastic_policy_is_ignored_for_kinds_without_elastic_training(load_yaml):
+    job = load_yaml("manifests/tfjob.yaml")
+    job["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 2}
+    assert scale_patch(TF, job, 8) == {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 8}}}}
+
+
+@pytest.mark.parametrize("replicas", [0, -1, True, 2.0, "3", None])
+def test_scaling_to_something_other_than_a_positive_integer_is_refused(load_yaml, replicas):
+    job = load_yaml("manifests/pytorchjob-elastic.yaml")
+
+    with pytest.raises(InvalidJobSpecError) as excinfo:
+        scale_patch(PYTORCH, job, replicas)  # type: ignore[arg-type]
+
+    assert excinfo.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
+    assert excinfo.value.problem == f"replicas must be an integer >= 1, got {replicas!r}"
+
+
+def test_a_job_without_worker_replicas_cannot_be_scaled():
+    job = {
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch"}]}}}
+            }
+        }
+    }
+
+    with pytest.raises(InvalidJobSpecError) as excinfo:
+        scale_patch(PYTORCH, job, 2)
+
+    assert excinfo.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
+    assert excinfo.value.problem == "the job has no Worker replicas to scale"
+
+
+@pytest.mark.parametrize("suspend", [True, False])
+def test_suspend_and_resume_patch_run_policy_suspend(suspend):
+    assert suspend_patch(suspend) == {"spec": {"runPolicy": {"suspend": suspend}}}

@@ -1,0 +1,158 @@
+"""The table of job kinds: what differs between PyTorchJob, MPIJob, TFJob, ... as data."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from airflow_provider_disttrain.kinds import (
+    JOB_KINDS,
+    JOB_ROLE_LABEL,
+    REPLICA_TYPE_LABEL,
+    JobKind,
+    get_job_kind,
+)
+
+# What the Kubeflow operators' CRDs and defaulting code say about each kind.
+EXPECTED = {
+    # kind: (apiVersion, plural, replica specs key, container, port, port name, leader)
+    "PyTorchJob": (
+        "kubeflow.org/v1",
+        "pytorchjobs",
+        "pytorchReplicaSpecs",
+        "pytorch",
+        23456,
+        "pytorchjob-port",
+        "Master",
+    ),
+    "MPIJob": ("kubeflow.org/v2beta1", "mpijobs", "mpiReplicaSpecs", "mpi", None, None, "Launcher"),
+    "TFJob": ("kubeflow.org/v1", "tfjobs", "tfReplicaSpecs", "tensorflow", 2222, "tfjob-port", "Chief"),
+    "XGBoostJob": ("kubeflow.org/v1", "xgboostjobs", "xgbReplicaSpecs", "xgboost", 9999, "xgboostjob-port", "Master"),
+    "PaddleJob": ("kubeflow.org/v1", "paddlejobs", "paddleReplicaSpecs", "paddle", 36543, "master", "Master"),
+    "JAXJob": ("kubeflow.org/v1", "jaxjobs", "jaxReplicaSpecs", "jax", 6666, "jaxjob-port", None),
+}
+
+
+def test_the_table_has_exactly_the_supported_kinds():
+    assert set(JOB_KINDS) == set(EXPECTED)
+    assert all(name == kind.kind for name, kind in JOB_KINDS.items())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_kind_matches_the_operators_crd(name):
+    kind = JOB_KINDS[name]
+    api_version, plural, specs_key, container, port, port_name, leader = EXPECTED[name]
+
+    assert kind.api_version == api_version
+    assert kind.plural == plural
+    assert kind.replica_specs_key == specs_key
+    assert kind.container_name == container
+    assert kind.default_port == port
+    assert kind.port_name == port_name
+    assert kind.leader_replica == leader
+
+
+@pytest.mark.parametrize("kind", list(JOB_KINDS.values()), ids=list(JOB_KINDS))
+def test_every_kind_is_internally_consistent(kind):
+    assert kind.worker_replica in kind.replica_types
+    assert kind.leader_replica is None or kind.leader_replica in kind.replica_types
+    assert kind.builder_leader_replica is None or kind.builder_leader_replica in kind.replica_types
+    assert kind.default_restart_policy in kind.restart_policies
+    assert kind.plural == kind.kind.lower() + "s"
+
+
+def test_only_pytorchjob_supports_elastic_training():
+    assert [name for name, kind in JOB_KINDS.items() if kind.supports_elastic] == ["PyTorchJob"]
+
+
+def test_mpijob_differs_where_the_mpi_operator_differs():
+    mpi = JOB_KINDS["MPIJob"]
+
+    assert mpi.replica_types == frozenset({"Launcher", "Worker"})
+    assert mpi.restart_policies == frozenset({"Never", "OnFailure"})
+    assert mpi.default_restart_policy == "Never"
+    assert mpi.replica_type_label == JOB_ROLE_LABEL
+    assert mpi.leader_gets_accelerators is False
+    assert mpi.worker_command == ("/usr/sbin/sshd", "-De")
+    assert mpi.requires_named_container is False
+    assert dict(mpi.spec_choices)["mpiImplementation"] == frozenset({"OpenMPI", "Intel", "MPICH"})
+
+
+def test_v1_kinds_use_the_replica_type_label():
+    for name, kind in JOB_KINDS.items():
+        if name != "MPIJob":
+            assert kind.replica_type_label == REPLICA_TYPE_LABEL, name
+            assert kind.requires_named_container, name
+
+
+def test_pytorch_elastic_rendezvous_backends():
+    assert dict(JOB_KINDS["PyTorchJob"].spec_choices)["elasticPolicy.rdzvBackend"] == frozenset(
+        {"c10d", "etcd", "etcd-v2"}
+    )
+
+
+@pytest.mark.parametrize(("name", "expected"), [("PyTorchJob", "Master"), ("MPIJob", "Launcher"), ("TFJob", None)])
+def test_builder_leader_replica(name, expected):
+    assert JOB_KINDS[name].builder_leader_replica == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("PyTorchJob", ("spec", "pytorchReplicaSpecs", "Worker", "replicas")),
+        ("MPIJob", ("spec", "mpiReplicaSpecs", "Worker", "replicas")),
+        ("TFJob", ("spec", "tfReplicaSpecs", "Worker", "replicas")),
+    ],
+)
+def test_worker_replicas_path(name, path):
+    assert JOB_KINDS[name].worker_replicas_path() == path
+
+
+@pytest.mark.parametrize(("replica", "label"), [("Master", "master"), ("Worker", "worker"), ("Launcher", "launcher")])
+def test_replica_label_value_is_lower_case(replica, label):
+    assert JOB_KINDS["PyTorchJob"].replica_label_value(replica) == label
+
+
+@pytest.mark.parametrize("spelling", ["PyTorchJob", "pytorchjob", "PYTORCHJOB", "pyTorchJob"])
+def test_get_job_kind_is_case_insensitive(spelling):
+    assert get_job_kind(spelling) is JOB_KINDS["PyTorchJob"]
+
+
+def test_get_job_kind_passes_a_job_kind_through():
+    custom = dataclasses.replace(JOB_KINDS["TFJob"], plural="customtfjobs")
+    assert get_job_kind(custom) is custom
+
+
+@pytest.mark.parametrize("unknown", ["MXJob", "PyTorch", "", "kubeflow.org/v1"])
+def test_get_job_kind_rejects_an_unknown_kind_and_lists_the_known_ones(unknown):
+    with pytest.raises(ValueError, match=r"^kind: unknown job kind") as excinfo:
+        get_job_kind(unknown)
+    message = str(excinfo.value)
+    assert repr(unknown) in message
+    for name in EXPECTED:
+        assert name in message
+
+
+def test_job_kind_is_immutable():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        JOB_KINDS["PyTorchJob"].plural = "x"  # type: ignore[misc]
+
+
+def test_a_job_kind_defaults_to_master_and_worker():
+    kind = JobKind(
+        kind="DemoJob",
+        group="example.org",
+        version="v1alpha1",
+        plural="demojobs",
+        replica_specs_key="demoReplicaSpecs",
+        container_name="demo",
+        default_port=None,
+        port_name=None,
+        leader_replica="Master",
+        builder_leader_replica="Master",
+    )
+    assert kind.api_version == "example.org/v1alpha1"
+    assert kind.replica_types == frozenset({"Master", "Worker"})
+    assert kind.restart_policies == frozenset({"Always", "OnFailure", "Never", "ExitCode"})
+    assert kind.default_restart_policy == "OnFailure"

@@ -1,0 +1,355 @@
+"""Choosing whose logs go to the task log, and copying only new lines on every poll."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pytest
+
+from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.logs import (
+    ALL,
+    LEADER,
+    NONE,
+    LogForwarder,
+    leader_pods,
+    log_targets,
+    validate_log_replicas,
+)
+
+PYTORCH = JOB_KINDS["PyTorchJob"]
+MPI = JOB_KINDS["MPIJob"]
+JAX = JOB_KINDS["JAXJob"]
+
+
+def v1_pod(job: str, replica_type: str, index: int, container: str = "pytorch", sidecar: bool = False) -> dict:
+    containers = [{"name": container, "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"}]
+    if sidecar:
+        containers.insert(0, {"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.22.0"})
+    return {
+        "metadata": {
+            "name": f"{job}-{replica_type}-{index}",
+            "namespace": "kubeflow",
+            "labels": {
+                "training.kubeflow.org/job-name": job,
+                "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                "training.kubeflow.org/replica-type": replica_type,
+                "training.kubeflow.org/replica-index": str(index),
+            },
+        },
+        "spec": {"containers": containers},
+    }
+
+
+def mpi_pod(name: str, role: str, index: int | None = None) -> dict:
+    labels = {
+        "training.kubeflow.org/job-name": "pi",
+        "training.kubeflow.org/operator-name": "mpi-operator",
+        "training.kubeflow.org/job-role": role,
+    }
+    if index is not None:
+        labels["training.kubeflow.org/replica-index"] = str(index)
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {"containers": [{"name": f"mpi-{role}", "image": "mpioperator/mpi-pi:openmpi"}]},
+    }
+
+
+# The API lists pods in no particular order; the targets come back sorted by pod name.
+PYTORCH_PODS = [
+    v1_pod("mnist", "worker", 1),
+    v1_pod("mnist", "master", 0),
+    v1_pod("mnist", "worker", 0),
+]
+ELASTIC_PODS = [v1_pod("elastic", "worker", 2), v1_pod("elastic", "worker", 0), v1_pod("elastic", "worker", 1)]
+MPI_PODS = [
+    mpi_pod("pi-worker-1", "worker", 1),
+    mpi_pod("pi-launcher-8xq2v", "launcher"),
+    mpi_pod("pi-worker-0", "worker", 0),
+]
+
+
+# -- log_targets ------------------------------------------------------------------------------------
+
+
+def test_the_leader_of_a_pytorchjob_is_master_0():
+    assert log_targets(PYTORCH, PYTORCH_PODS, LEADER) == [("mnist-master-0", "pytorch")]
+
+
+def test_the_leader_of_an_elastic_pytorchjob_without_master_is_worker_0():
+    assert log_targets(PYTORCH, ELASTIC_PODS, LEADER) == [("elastic-worker-0", "pytorch")]
+
+
+def test_the_leader_of_a_jaxjob_is_worker_0():
+    pods = [v1_pod("jax", "worker", 1, container="jax"), v1_pod("jax", "worker", 0, container="jax")]
+    assert log_targets(JAX, pods, LEADER) == [("jax-worker-0", "jax")]
+
+
+def test_the_leader_of_an_mpijob_is_the_launcher_found_by_its_job_role_label():
+    # The launcher pod name comes from its batch Job and has a random suffix, no replica index.
+    assert log_targets(MPI, MPI_PODS, LEADER) == [("pi-launcher-8xq2v", "mpi-launcher")]
+
+
+def test_every_launcher_pod_of_a_retried_mpi_launcher_job_is_followed():
+    pods = [*MPI_PODS, mpi_pod("pi-launcher-2bdkq", "launcher")]
+    assert log_targets(MPI, pods, LEADER) == [
+        ("pi-launcher-2bdkq", "mpi-launcher"),
+        ("pi-launcher-8xq2v", "mpi-launcher"),
+    ]
+
+
+def test_no_leader_before_the_pods_exist():
+    assert log_targets(PYTORCH, [], LEADER) == []
+    assert leader_pods(PYTORCH, []) == []
+
+
+def test_a_master_with_index_other_than_0_is_not_the_leader():
+    pods = [v1_pod("mnist", "master", 1), v1_pod("mnist", "worker", 0)]
+    assert log_targets(PYTORCH, pods, LEADER) == [("mnist-worker-0", "pytorch")]
+
+
+def test_all_follows_every_pod_in_name_order():
+    assert log_targets(PYTORCH, PYTORCH_PODS, ALL) == [
+        ("mnist-master-0", "pytorch"),
+        ("mnist-worker-0", "pytorch"),
+        ("mnist-worker-1", "pytorch"),
+    ]
+
+
+def test_all_for_mpi_uses_each_pods_first_container():
+    assert log_targets(MPI, MPI_PODS, ALL) == [
+        ("pi-launcher-8xq2v", "mpi-launcher"),
+        ("pi-worker-0", "mpi-worker"),
+        ("pi-worker-1", "mpi-worker"),
+    ]
+
+
+def test_none_follows_nobody():
+    assert log_targets(PYTORCH, PYTORCH_PODS, NONE) == []
+
+
+@pytest.mark.parametrize(
+    ("wanted", "expected"),
+    [
+        (["worker-1"], ["mnist-worker-1"]),
+        (["master-0", "worker-1"], ["mnist-master-0", "mnist-worker-1"]),
+        (["Master-0"], ["mnist-master-0"]),
+        (("worker",), ["mnist-worker-0", "mnist-worker-1"]),
+        (["chief-0"], []),
+        ([], []),
+    ],
+    ids=["one replica", "two replicas", "case-insensitive", "a whole replica type", "no such replica", "empty"],
+)
+def test_an_explicit_list_of_replicas(wanted, expected):
+    assert [name for name, _ in log_targets(PYTORCH, PYTORCH_PODS, wanted)] == expected
+
+
+@pytest.mark.parametrize(
+    ("wanted", "expected"),
+    [
+        (["launcher"], ["pi-launcher-8xq2v"]),
+        (["worker-0"], ["pi-worker-0"]),
+        (["worker"], ["pi-worker-0", "pi-worker-1"]),
+    ],
+)
+def test_an_explicit_list_of_mpi_replicas(wanted, expected):
+    assert [name for name, _ in log_targets(MPI, MPI_PODS, wanted)] == expected
+
+
+def test_the_training_container_is_chosen_over_a_sidecar():
+    pods = [v1_pod("mnist", "master", 0, sidecar=True)]
+    assert log_targets(PYTORCH, pods, LEADER) == [("mnist-master-0", "pytorch")]
+
+
+def test_a_pod_without_containers_is_read_without_naming_one():
+    pod = v1_pod("mnist", "master", 0)
+    pod["spec"] = {}
+    assert log_targets(PYTORCH, [pod], ALL) == [("mnist-master-0", None)]
+
+
+# -- validate_log_replicas --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [LEADER, ALL, NONE, ["worker-1"], ("master-0", "worker-0"), []])
+def test_valid_log_replicas(value):
+    validate_log_replicas(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("worker-1", "'worker-1' is not 'leader', 'all', 'none' or a list of replicas"),
+        ("ALL", "'ALL' is not 'leader'"),
+        (None, "expected 'leader', 'all', 'none' or a list of strings, got None"),
+        (3, "got 3"),
+        (["worker", 1], r"got \['worker', 1\]"),
+        ({"worker-1"}, r"got \{'worker-1'\}"),
+    ],
+)
+def test_invalid_log_replicas_are_rejected_with_the_allowed_values(value, message):
+    with pytest.raises(ValueError, match=rf"^log_replicas: .*{message}"):
+        validate_log_replicas(value)
+
+
+# -- LogForwarder -----------------------------------------------------------------------------------
+
+
+class RecordingLogger:
+    def __init__(self) -> None:
+        self.infos: list[str] = []
+        self.warnings: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.infos.append(message % args)
+
+    def warning(self, message: str, *args: object) -> None:
+        self.warnings.append(message % args)
+
+
+class FakeHook:
+    """Stands in for TrainingJobHook: pods and logs from dicts, calls recorded, errors on demand."""
+
+    def __init__(self, pods: Sequence[dict], logs: dict[str, str]) -> None:
+        self.pods = list(pods)
+        self.logs = logs
+        self.list_calls: list[tuple[str, str]] = []
+        self.read_calls: list[tuple[str, str, str | None]] = []
+        self.fail_list: Exception | None = None
+        self.fail_read: dict[str, Exception] = {}
+
+    def list_job_pods(self, job_name: str, namespace: str) -> list[dict]:
+        self.list_calls.append((job_name, namespace))
+        if self.fail_list:
+            raise self.fail_list
+        return self.pods
+
+    def read_pod_log(self, pod_name: str, namespace: str, container: str | None = None) -> str:
+        self.read_calls.append((pod_name, namespace, container))
+        if pod_name in self.fail_read:
+            raise self.fail_read[pod_name]
+        return self.logs.get(pod_name, "")
+
+
+@pytest.fixture
+def logger() -> RecordingLogger:
+    return RecordingLogger()
+
+
+def forwarder(hook: FakeHook, logger: RecordingLogger, log_replicas=LEADER) -> LogForwarder:
+    return LogForwarder(hook, PYTORCH, "mnist", "kubeflow", log_replicas, logger)
+
+
+def test_the_first_call_emits_the_whole_log_prefixed_with_the_pod(logger):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "Using CUDA\nTrain Epoch: 1 [0/60000 (0%)]\tloss: 2.3000\n"})
+
+    emitted = forwarder(hook, logger).forward()
+
+    assert emitted == 2
+    assert logger.infos == [
+        "[mnist-master-0] Using CUDA",
+        "[mnist-master-0] Train Epoch: 1 [0/60000 (0%)]\tloss: 2.3000",
+    ]
+    assert hook.list_calls == [("mnist", "kubeflow")]
+    assert hook.read_calls == [("mnist-master-0", "kubeflow", "pytorch")]
+
+
+def test_later_calls_emit_only_the_new_lines(logger):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "line 1\nline 2\n"})
+    logs = forwarder(hook, logger)
+    logs.forward()
+
+    hook.logs["mnist-master-0"] += "line 3\nline 4\n"
+    assert logs.forward() == 2
+    assert logs.forward() == 0
+
+    assert logger.infos == [f"[mnist-master-0] line {i}" for i in (1, 2, 3, 4)]
+
+
+def test_each_pod_is_tracked_on_its_own(logger):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "m1\n", "mnist-worker-0": "w1\nw2\n"})
+    logs = forwarder(hook, logger, ALL)
+
+    assert logs.forward() == 3
+    hook.logs["mnist-worker-1"] = "late starter\n"
+    hook.logs["mnist-master-0"] += "m2\n"
+    assert logs.forward() == 2
+
+    assert logger.infos == [
+        "[mnist-master-0] m1",
+        "[mnist-worker-0] w1",
+        "[mnist-worker-0] w2",
+        "[mnist-master-0] m2",
+        "[mnist-worker-1] late starter",
+    ]
+
+
+def test_a_shorter_log_after_a_container_restart_emits_nothing_and_counts_nothing(logger):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "a\nb\nc\n"})
+    logs = forwarder(hook, logger)
+    logs.forward()
+
+    hook.logs["mnist-master-0"] = "fresh start\n"
+    assert logs.forward() == 0
+    hook.logs["mnist-master-0"] = "fresh start\nx\ny\nz\n"
+    assert logs.forward() == 1
+
+    assert logger.infos[-1] == "[mnist-master-0] z"
+
+
+def test_pods_passed_in_are_used_without_listing(logger):
+    hook = FakeHook([], {"mnist-master-0": "hello\n"})
+
+    assert forwarder(hook, logger).forward(PYTORCH_PODS) == 1
+    assert hook.list_calls == []
+
+
+def test_none_reads_nothing(logger):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "hello\n"})
+
+    assert forwarder(hook, logger, NONE).forward() == 0
+    assert hook.list_calls == []
+    assert hook.read_calls == []
+    assert logger.infos == []
+
+
+def test_an_empty_log_emits_nothing(logger):
+    hook = FakeHook(PYTORCH_PODS, {})
+    assert forwarder(hook, logger).forward() == 0
+    assert logger.infos == []
+
+
+def test_listing_pods_failing_is_logged_not_raised(logger):
+    hook = FakeHook(PYTORCH_PODS, {})
+    hook.fail_list = ConnectionError("connection refused")
+
+    assert forwarder(hook, logger).forward() == 0
+
+    assert logger.warnings == [
+        "Could not read the logs of PyTorchJob mnist: ConnectionError('connection refused')",
+    ]
+
+
+def test_reading_a_log_failing_is_logged_not_raised_and_keeps_earlier_lines(logger):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "m1\nm2\n"})
+    hook.fail_read["mnist-worker-0"] = RuntimeError("(500) Internal Server Error")
+    logs = forwarder(hook, logger, ALL)
+
+    assert logs.forward() == 2
+    assert logger.infos == ["[mnist-master-0] m1", "[mnist-master-0] m2"]
+    assert len(logger.warnings) == 1
+    assert "Internal Server Error" in logger.warnings[0]
+
+    # Once the API recovers, nothing is repeated and the rest is caught up.
+    hook.fail_read.clear()
+    hook.logs["mnist-worker-0"] = "w1\n"
+    assert logs.forward() == 1
+    assert logger.infos[-1] == "[mnist-worker-0] w1"
+
+
+def test_a_logger_from_the_logging_module_works(caplog):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "epoch 1 done\n"})
+    with caplog.at_level(logging.INFO, logger="disttrain.test"):
+        LogForwarder(hook, PYTORCH, "mnist", "kubeflow", LEADER, logging.getLogger("disttrain.test")).forward()
+
+    assert caplog.messages == ["[mnist-master-0] epoch 1 done"]
