@@ -41,6 +41,14 @@ def demo_environment() -> dict[str, str]:
     }
 
 
+def prepare_cluster(kubeconfig: str) -> None:
+    """The example mounts the ``training-data`` claim: make sure the cluster has it."""
+    from cluster_setup import ensure_training_volume
+    from kubernetes import config
+
+    ensure_training_volume(config.new_client_from_config(config_file=kubeconfig), "default")
+
+
 def run(command: list[str], env: dict[str, str], quiet: bool = False) -> subprocess.CompletedProcess[str]:
     print(f"==> {' '.join(command)}", flush=True)
     result = subprocess.run(command, env=env, text=True, capture_output=quiet, check=False)
@@ -53,7 +61,8 @@ def run(command: list[str], env: dict[str, str], quiet: bool = False) -> subproc
 
 SUMMARY_SCRIPT = """
 import json, sys
-from airflow.models import DagRun, TaskInstance, XComModel
+from airflow.models import DagRun, TaskInstance
+from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 with create_session() as session:
     run = session.query(DagRun).filter(DagRun.dag_id == sys.argv[1]).order_by(DagRun.id.desc()).first()
@@ -70,6 +79,7 @@ def main() -> None:
     started = time.monotonic()
     env = demo_environment()
     print(SIMULATED_NOTE, flush=True)
+    prepare_cluster(json.loads(env["AIRFLOW_CONN_KUBERNETES_DEFAULT"])["extra"]["kube_config_path"])
     run([sys.executable, "-m", "airflow", "db", "migrate"], env, quiet=True)
     run([sys.executable, "-m", "airflow", "dags", "test", DAG_ID], env)
     summary = json.loads(

@@ -1,0 +1,213 @@
+"""Integration fixtures: the local control plane (make cluster-up), a fresh namespace per test, and
+the provider running as a service account bound only to the Role the README documents.
+
+The admin credentials are used for setup and fault injection only; every operator, sensor, hook and
+trigger under test talks to the API server as that service account, so a missing verb fails a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEVCLUSTER_DIR = Path(os.environ.get("DEVCLUSTER_DIR", REPO / ".devcluster"))
+ADMIN_KUBECONFIG = DEVCLUSTER_DIR / "kubeconfig"
+ROLE_FILE = REPO / "deploy" / "rbac" / "role.yaml"
+SA_NAMESPACE = "disttrain-it"
+SA_NAME = "airflow-disttrain"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def admin_api() -> Any:
+    """An admin ApiClient; fails (never skips) when the cluster is not up."""
+    from kubernetes import client, config
+
+    if not ADMIN_KUBECONFIG.is_file():
+        pytest.fail(f"{ADMIN_KUBECONFIG} not found: start the local cluster with `make cluster-up`")
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(ADMIN_KUBECONFIG), client_configuration=configuration)
+    api = client.ApiClient(configuration)
+    try:
+        client.VersionApi(api).get_code()
+    except Exception as error:
+        pytest.fail(f"the local cluster does not answer ({error!r}): run `make cluster-up`")
+    return api
+
+
+@pytest.fixture(scope="session")
+def service_account_kubeconfig(admin_api: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig for the provider's service account (token from the TokenRequest API)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(admin_api)
+    _apply(lambda: core.create_namespace({"metadata": {"name": SA_NAMESPACE}}))
+    _apply(lambda: core.create_namespaced_service_account(SA_NAMESPACE, {"metadata": {"name": SA_NAME}}))
+    token = core.create_namespaced_service_account_token(
+        SA_NAME, SA_NAMESPACE, {"spec": {"expirationSeconds": 6 * 3600}}
+    ).status.token
+    admin = yaml.safe_load(ADMIN_KUBECONFIG.read_text())
+    cluster = admin["clusters"][0]
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "devcluster", "cluster": cluster["cluster"]}],
+        "users": [{"name": SA_NAME, "user": {"token": token}}],
+        "contexts": [{"name": "provider", "context": {"cluster": "devcluster", "user": SA_NAME}}],
+        "current-context": "provider",
+    }
+    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    return path
+
+
+def _apply(create: Callable[[], Any]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        create()
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
+@pytest.fixture
+def namespace(admin_api: Any, service_account_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh namespace where the service account holds exactly the documented Role.
+
+    ``kubernetes_default`` points at the service account's kubeconfig with this namespace.
+    """
+    from kubernetes import client
+
+    name = f"it-{secrets.token_hex(4)}"
+    core = client.CoreV1Api(admin_api)
+    rbac = client.RbacAuthorizationV1Api(admin_api)
+    core.create_namespace({"metadata": {"name": name}})
+    role = yaml.safe_load(ROLE_FILE.read_text())
+    rbac.create_namespaced_role(name, role)
+    rbac.create_namespaced_role_binding(
+        name,
+        {
+            "metadata": {"name": SA_NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}],
+        },
+    )
+    connection = {
+        "conn_type": "kubernetes",
+        "extra": {"kube_config_path": str(service_account_kubeconfig), "namespace": name},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def jobs(admin_api: Any) -> Any:
+    """Admin-side reads of training jobs and pods, for assertions."""
+    from kubernetes import client
+
+    class Jobs:
+        custom = client.CustomObjectsApi(admin_api)
+        core = client.CoreV1Api(admin_api)
+
+        def list(self, plural: str, namespace: str, version: str = "v1") -> list[dict[str, Any]]:
+            return self.custom.list_namespaced_custom_object("kubeflow.org", version, namespace, plural)["items"]
+
+        def get(self, plural: str, namespace: str, name: str, version: str = "v1") -> dict[str, Any] | None:
+            from kubernetes.client.exceptions import ApiException
+
+            try:
+                return self.custom.get_namespaced_custom_object("kubeflow.org", version, namespace, plural, name)
+            except ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+        def pods(self, namespace: str, job_name: str) -> list[Any]:
+            selector = f"training.kubeflow.org/job-name={job_name}"
+            return self.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+        def wait_for(self, predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
+            deadline = time.monotonic() + timeout
+            while not predicate():
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+                time.sleep(0.5)
+
+    return Jobs()
+
+
+def cluster_script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run one of cluster/*.sh (fault injection), failing the test with its output on error."""
+    result = subprocess.run(
+        ["bash", str(REPO / "cluster" / name), *args], text=True, capture_output=True, check=False, timeout=180
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"cluster/{name} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+class DagRunResult:
+    """What a ``dag.test()`` run left behind: the run, each task's state and its XComs."""
+
+    def __init__(self, dag_run: Any) -> None:
+        self.dag_run = dag_run
+        self.state = str(dag_run.state)
+        self.task_states = {(ti.task_id, ti.map_index): str(ti.state) for ti in dag_run.get_task_instances()}
+
+    def task_state(self, task_id: str, map_index: int = -1) -> str:
+        return self.task_states[(task_id, map_index)]
+
+    def xcom(self, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            row = (
+                session.query(XComModel)
+                .filter_by(
+                    dag_id=self.dag_run.dag_id,
+                    run_id=self.dag_run.run_id,
+                    task_id=task_id,
+                    key=key,
+                    map_index=map_index,
+                )
+                .first()
+            )
+            return XComModel.deserialize_value(row) if row else None
+
+
+@pytest.fixture
+def run_dag(airflow_db: Path) -> Callable[..., DagRunResult]:
+    """Write a DAG file into the DAGs folder and run it with the real Airflow runtime (``dag.test()``)."""
+
+    def run(dag_id: str, source: str, **test_kwargs: Any) -> DagRunResult:
+        from airflow.dag_processing.dagbag import DagBag
+
+        path = airflow_db / f"{dag_id}.py"
+        path.write_text(source)
+        bag = DagBag(str(path))
+        assert not bag.import_errors, bag.import_errors
+        return DagRunResult(bag.get_dag(dag_id).test(**test_kwargs))
+
+    return run
+
+
+def unique_dag_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(3)}"

@@ -1,0 +1,61 @@
+"""Every example DAG runs end to end on the local cluster, as a user would run it (``dag.test()``)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "demo"))
+
+from cluster_setup import ensure_training_volume  # noqa: E402
+
+EXAMPLES = {
+    "disttrain_retraining_pipeline": {
+        "prepare_data": "success",
+        "train": "success",
+        "evaluate": "success",
+        "promote_model": "success",
+        "keep_current_model": "skipped",
+    },
+    "disttrain_horovod_mpi": {"train_horovod": "success", "report": "success"},
+    "disttrain_elastic_pytorch": {
+        "start_elastic_job": "success",
+        "scale_up": "success",
+        "wait_for_training": "success",
+    },
+    "disttrain_hyperparameter_sweep": {"trial_args": "success", "pick_best": "success"},
+    "disttrain_manifest_first": {"train_from_manifest": "success"},
+}
+
+
+@pytest.fixture
+def example_dags(airflow_db: Path) -> Path:
+    """The examples copied into the DAGs folder (with the manifest next to them), as a user deploys them."""
+    target = airflow_db / "examples"
+    if not target.exists():
+        shutil.copytree(REPO / "example_dags", target)
+    return target
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXAMPLES))
+def test_example_dag_runs_on_the_local_cluster(namespace, admin_api, example_dags, dag_id, jobs):
+    from airflow.dag_processing.dagbag import DagBag
+    from tests.integration.conftest import DagRunResult
+
+    ensure_training_volume(admin_api, namespace)
+    bag = DagBag(str(example_dags))
+    assert not bag.import_errors, bag.import_errors
+    result = DagRunResult(bag.get_dag(dag_id).test())
+
+    assert result.state == "success", result.task_states
+    for task_id, state in EXAMPLES[dag_id].items():
+        assert result.task_state(task_id) == state, (task_id, result.task_states)
+    if dag_id == "disttrain_hyperparameter_sweep":
+        trials = [result.task_state("trial", index) for index in range(3)]
+        assert trials == ["success"] * 3
+        assert result.xcom("pick_best")["trials"] == 3
+        assert len(jobs.list("pytorchjobs", namespace)) == 3
