@@ -35,10 +35,9 @@ unit-test: venv ## Unit tests only (no cluster)
 	@$(VENV)/bin/pytest tests -m "not integration" -q -p no:cacheprovider
 
 integration-test: venv cluster-up ## Integration tests against the local cluster
-	@$(VENV)/bin/pytest tests -m integration -q -p no:cacheprovider
+	@$(VENV)/bin/pytest tests -m integration -q -p no:cacheprovider -rs --durations=15
 
-test: venv cluster-up lint ## Everything CI runs: lint, unit and integration tests on the local cluster
-	@$(VENV)/bin/pytest tests -q -p no:cacheprovider -rs
+test: lint unit-test integration-test ## Everything CI runs: lint, unit tests, integration tests on the local cluster
 
 demo: venv cluster-up ## Run example 1 (retraining pipeline) end to end on the local cluster
 	@$(VENV_PY) demo/run_demo.py

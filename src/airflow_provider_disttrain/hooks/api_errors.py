@@ -25,6 +25,15 @@ def api_status(error: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def describe_error(error: BaseException) -> str:
+    """A readable one-liner: the clients' ``ApiException`` has an empty ``repr``."""
+    status = api_status(error)
+    if status is None:
+        return repr(error)
+    body = str(getattr(error, "body", "") or "")[:300]
+    return f"HTTP {status} {getattr(error, 'reason', '') or ''}{': ' + body if body else ''}".strip()
+
+
 def is_transient(error: BaseException) -> bool:
     status = api_status(error)
     if status is not None:

@@ -244,7 +244,8 @@ class TrainingJobOperator(BaseOperator):
         self.delete_on_kill = delete_on_kill
         validate_log_replicas(log_replicas)
         self.log_replicas = log_replicas
-        self.dry_run = dry_run
+        # Not ``self.dry_run``: that name is BaseOperator's method (render templates without running).
+        self.server_dry_run = dry_run
         self._job_ref: JobRef | None = None
         self._keep_job_on_kill = False
 
@@ -300,7 +301,7 @@ class TrainingJobOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         hook = self.hook
         manifest = self.build_job_manifest(context, hook.default_namespace())
-        if self.dry_run:
+        if self.server_dry_run:
             admitted = hook.create_job(self.kind, manifest, manifest["metadata"]["namespace"], dry_run=True)
             self.log.info("Dry run: the API server accepted %s %s", self.kind, manifest["metadata"]["name"])
             return job_result(admitted, self.kind)
@@ -329,9 +330,14 @@ class TrainingJobOperator(BaseOperator):
             raise
         return self._finish(hook, outcome, context, logs_forwarded=True)
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        """Resume after the trigger fired: the same ending as the sync path."""
-        self._job_ref = JobRef(self.kind, event["name"], event["namespace"], (event.get("job") or {}).get("uid"))
+    def execute_complete(self, context: Context, event: dict[str, Any], job_uid: str | None = None) -> dict[str, Any]:
+        """Resume after the trigger fired: the same ending as the sync path.
+
+        ``job_uid`` is the uid of the job this task submitted (the event's job may be a replacement
+        someone else created under the same name, which must not be deleted in our stead).
+        """
+        uid = job_uid or (event.get("job") or {}).get("uid")
+        self._job_ref = JobRef(self.kind, event["name"], event["namespace"], uid)
         return self._finish(self.hook, event, context, logs_forwarded=False)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
@@ -364,7 +370,12 @@ class TrainingJobOperator(BaseOperator):
         if existing := self._earlier_try_job(hook, manifest, store):
             return existing, True
         if self.job_name and (current := hook.get_job(self.kind, name, namespace)):
-            if self.if_exists == "fail":
+            # An earlier try of this very task instance left it (finished, or the reattach above took it):
+            # replacing it is the retry the user asked for, not the clash ``if_exists`` guards against.
+            own = (current["metadata"].get("labels") or {}).get(TASK_INSTANCE_LABEL) == (
+                manifest["metadata"]["labels"][TASK_INSTANCE_LABEL]
+            )
+            if self.if_exists == "fail" and not own:
                 raise JobAlreadyExistsError(f"{self.kind} {namespace}/{name} already exists (if_exists='fail')")
             if self.if_exists == "reattach" and not job_state(current).is_terminal:
                 return current, True
@@ -448,6 +459,7 @@ class TrainingJobOperator(BaseOperator):
                 **hook.trigger_connection_args(),
             ),
             method_name="execute_complete",
+            kwargs={"job_uid": self._job_ref.uid},
         )
 
     def _wait(self, hook: TrainingJobHook, ref: JobRef, startup_deadline: float | None) -> dict[str, Any]:
@@ -494,9 +506,14 @@ class TrainingJobOperator(BaseOperator):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
                 message += f"\n{ref.title} was deleted (delete_on_timeout=True)."
             raise JobTimeoutError(message)
-        if job is not None and not job_state(job).is_terminal and self._is_last_try(context):
-            # Nothing will come back for this job: a later try would have reattached to it.
-            hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+        if (
+            job is not None
+            and not job_state(job).is_terminal
+            and self._is_last_try(context)
+            # Nothing will come back for this job: a later try would have reattached to it. The uid
+            # precondition fails (False) when the job under this name is someone else's now.
+            and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+        ):
             message += f"\n{ref.title} was deleted: this was the task's last try."
         raise TrainingJobError(message)
 

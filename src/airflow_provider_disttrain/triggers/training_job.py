@@ -16,12 +16,13 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_disttrain.hooks.api_errors import api_status
+from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, is_transient
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.outcome import ERROR, JobRef, check_job, make_outcome, seconds_to_deadline
 from airflow_provider_disttrain.status import JobState, job_state
 
 _WATCH_FAILURES_BEFORE_POLLING = 3
+_POLLS_BEFORE_RETRYING_WATCH = 30
 _KILL_TIMEOUT_SECONDS = 30
 
 
@@ -143,20 +144,28 @@ class TrainingJobTrigger(BaseTrigger):
         kind = get_job_kind(self.kind)
         resource_version: str | None = None
         job: dict[str, Any] | None = None
-        watch_failures = 0
+        watch_failures = 0  # watch requests that broke since the last one that ended normally
+        errors = 0  # failed requests in a row, for the backoff
         failing_since: float | None = None
+        polls = 0  # reads since falling back to polling
         async with self._hook().job_client() as jobs:
             while True:
+                watching = False
                 try:
                     job = await jobs.get_job(kind, self.name, self.namespace)
                     failing_since = None
+                    errors = 0
                     if outcome := self._check(job):
                         return outcome
                     assert job is not None  # _check returned an outcome for a missing job
                     resource_version = (job.get("metadata") or {}).get("resourceVersion")
                     if watch_failures >= _WATCH_FAILURES_BEFORE_POLLING:
                         await self._sleep(self.poll_interval, job_state(job))
+                        polls += 1
+                        if polls >= _POLLS_BEFORE_RETRYING_WATCH:  # the proxy or server may be fixed by now
+                            watch_failures = polls = 0
                         continue
+                    watching = True
                     outcome = await self._follow_watch(jobs, kind, resource_version, job_state(job))
                     if outcome:
                         return outcome
@@ -175,23 +184,30 @@ class TrainingJobTrigger(BaseTrigger):
                             f"{getattr(error, 'reason', '') or error}); check the connection's RBAC Role",
                             job,
                         )
+                    if not is_transient(error):
+                        # Not an outage (a 404 of the resource type, a malformed reply): retrying won't help.
+                        return make_outcome(
+                            self.ref, ERROR, f"watching {self.ref.title} failed: {describe_error(error)}", job
+                        )
                     now = time.time()
                     failing_since = failing_since or now
-                    watch_failures += 1
+                    errors += 1
+                    if watching:  # only a broken watch counts towards polling, not a failed read
+                        watch_failures += 1
                     if now - failing_since >= self.api_failure_tolerance:
                         return make_outcome(
                             self.ref,
                             ERROR,
                             f"lost contact with the API server for {now - failing_since:.0f}s while "
-                            f"watching {self.ref.title}: {error!r}",
+                            f"watching {self.ref.title}: {describe_error(error)}",
                             job,
                         )
-                    self.log.warning("Watching %s: %r; retrying", self.ref.title, error)
+                    self.log.warning("Watching %s: %s; retrying", self.ref.title, describe_error(error))
                     # The last job seen is still running; only a deadline can end the wait meanwhile.
                     if job is not None and (outcome := self._check(job)):
                         return outcome
                     await self._sleep(
-                        min(self.poll_interval, 2.0 ** min(watch_failures, 5)),
+                        min(self.poll_interval, 2.0 ** min(errors, 5)),
                         job_state(job) if job else None,
                     )
 

@@ -1,0 +1,527 @@
+"""Fakes at the provider's I/O boundaries, and builders for the objects they return.
+
+* ``FakeTrainingJobHook``: an in-memory stand-in for ``TrainingJobHook``'s public methods, for the
+  operator, sensor and DAG-run tests. Jobs live in a dict; each ``get_job`` moves a job one step along
+  the status progression the test scripted, the way the training-operator would between two polls.
+* ``ScriptedJobClient`` and ``FakeAsyncHook``: the trigger's ``AsyncJobClient`` and the hook that opens
+  it, replaying scripted answers (objects or exceptions) to ``get_job`` and ``watch_job``.
+* ``FakeTI`` and ``FakeStateStore``: the parts of the task context the operators read.
+
+Statuses and jobs are plain dicts shaped like the API server's JSON, with fresh copies on every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
+from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, get_job_kind
+
+LOG = logging.getLogger(__name__)
+
+# -- statuses ------------------------------------------------------------------------------------------
+
+START = "2024-05-01T10:00:00Z"
+RUNNING_AT = "2024-05-01T10:00:05Z"
+END = "2024-05-01T10:10:05Z"
+
+
+def condition(type_: str, at: str, reason: str = "", message: str = "", status: str = "True") -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason or f"Job{type_}",
+        "message": message or f"job is {type_.lower()}",
+        "lastTransitionTime": at,
+        "lastUpdateTime": at,
+    }
+
+
+def queued_status() -> dict[str, Any]:
+    return {"conditions": [condition("Created", START)]}
+
+
+def suspended_status() -> dict[str, Any]:
+    return {"conditions": [condition("Created", START), condition("Suspended", RUNNING_AT)]}
+
+
+def running_status(workers: int = 1, leader: str = "Master") -> dict[str, Any]:
+    return {
+        "conditions": [condition("Created", START), condition("Running", RUNNING_AT)],
+        "startTime": RUNNING_AT,
+        "replicaStatuses": {leader: {"active": 1}, "Worker": {"active": workers}},
+    }
+
+
+def succeeded_status(workers: int = 1, leader: str = "Master") -> dict[str, Any]:
+    return {
+        "conditions": [
+            condition("Created", START),
+            condition("Running", RUNNING_AT, status="False"),
+            condition("Succeeded", END),
+        ],
+        "startTime": RUNNING_AT,
+        "completionTime": END,
+        "replicaStatuses": {leader: {"succeeded": 1}, "Worker": {"succeeded": workers}},
+    }
+
+
+FAILED_REASON = "BackoffLimitExceeded"
+FAILED_MESSAGE = "PyTorchJob train-abc has failed because it has reached the specified backoff limit"
+
+
+def failed_status(reason: str = FAILED_REASON, message: str = FAILED_MESSAGE, leader: str = "Master") -> dict[str, Any]:
+    return {
+        "conditions": [
+            condition("Created", START),
+            condition("Running", RUNNING_AT, status="False"),
+            condition("Failed", END, reason=reason, message=message),
+        ],
+        "startTime": RUNNING_AT,
+        "completionTime": END,
+        "replicaStatuses": {leader: {"failed": 1}, "Worker": {"active": 0}},
+    }
+
+
+def now_timestamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_job(
+    name: str = "train-abc",
+    namespace: str = "default",
+    kind: str = "PyTorchJob",
+    *,
+    uid: str = "uid-1",
+    status: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+    created: str | None = None,
+    resource_version: str = "100",
+    spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A job object as the API server returns it."""
+    job_kind = get_job_kind(kind)
+    return {
+        "apiVersion": job_kind.api_version,
+        "kind": job_kind.kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "resourceVersion": resource_version,
+            "creationTimestamp": created or now_timestamp(),
+            "labels": dict(labels or {}),
+        },
+        "spec": copy.deepcopy(dict(spec)) if spec else {job_kind.replica_specs_key: {"Worker": {"replicas": 1}}},
+        "status": copy.deepcopy(dict(status or {})),
+    }
+
+
+# -- pods and events -----------------------------------------------------------------------------------
+
+
+def make_pod(
+    job_name: str,
+    replica: str = "master",
+    index: int = 0,
+    *,
+    namespace: str = "default",
+    phase: str = "Running",
+    container: str = "pytorch",
+    terminated: Mapping[str, Any] | None = None,
+    replica_label: str = REPLICA_TYPE_LABEL,
+) -> dict[str, Any]:
+    """A training pod; ``terminated`` is the container's terminated state (e.g. OOMKilled)."""
+    name = f"{job_name}-{replica}-{index}" if replica != "launcher" else f"{job_name}-launcher-x1"
+    state: dict[str, Any] = {"terminated": dict(terminated)} if terminated else {"running": {"startedAt": START}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {JOB_NAME_LABEL: job_name, replica_label: replica, REPLICA_INDEX_LABEL: str(index)},
+        },
+        "spec": {"containers": [{"name": container, "image": "busybox"}]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [{"name": container, "ready": not terminated, "restartCount": 0, "state": state}],
+        },
+    }
+
+
+OOM_KILLED = {"reason": "OOMKilled", "exitCode": 137, "startedAt": RUNNING_AT, "finishedAt": END}
+
+
+def make_event(involved: str, reason: str, message: str, at: str = END) -> dict[str, Any]:
+    return {
+        "type": "Warning",
+        "reason": reason,
+        "message": message,
+        "involvedObject": {"name": involved, "kind": "Pod"},
+        "lastTimestamp": at,
+    }
+
+
+# -- the sync hook ---------------------------------------------------------------------------------------
+
+_API_METHODS = (
+    "create_job",
+    "get_job",
+    "find_jobs",
+    "patch_job",
+    "delete_job",
+    "list_job_pods",
+    "read_pod_log",
+    "list_warning_events",
+)
+
+
+def _merge(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON merge patch (RFC 7386), as the API server applies it."""
+    for key, value in patch.items():
+        if value is None:
+            base.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+class FakeTrainingJobHook:
+    """``TrainingJobHook``'s public methods over an in-memory store of jobs.
+
+    :param progression: statuses every job created through ``create_job`` goes through, one step per
+        ``get_job``; the last one stays.
+    :param namespace: what ``default_namespace()`` answers (the connection's namespace).
+    :param connection_args: what ``trigger_connection_args()`` answers.
+    """
+
+    def __init__(
+        self,
+        progression: Iterable[Mapping[str, Any]] = (),
+        *,
+        namespace: str = "default",
+        connection_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.progression = [dict(step) for step in progression]
+        self.namespace = namespace
+        self.connection_args = dict(
+            connection_args
+            or {
+                "kubernetes_conn_id": "kubernetes_default",
+                "cluster_context": None,
+                "config_dict": None,
+                "connection_extras": None,
+            }
+        )
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.steps: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.pods: dict[str, list[dict[str, Any]]] = {}
+        self.logs: dict[str, str] = {}
+        self.events: list[dict[str, Any]] = []
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.log = LOG
+        # Test controls.
+        self.before_create: Any = None  # called once with the manifest, just before the next create
+        self.conflict_after_store = False  # the next create stores the job, then answers 409 (lost reply)
+        self.delete_removes = True  # False: deleted jobs linger (finalizers) until forget()
+        self.on_get: Any = None  # called with the get's number before each get_job
+        self._uids = itertools.count(1)
+        self._versions = itertools.count(1000)
+
+    # -- test helpers ---------------------------------------------------------------------------
+
+    def add_job(self, job: Mapping[str, Any], progression: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        stored = copy.deepcopy(dict(job))
+        key = (stored["metadata"]["namespace"], stored["metadata"]["name"])
+        self.jobs[key] = stored
+        self.steps[key] = [dict(step) for step in progression]
+        return stored
+
+    def job(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        return self.jobs.get((namespace, name))
+
+    def only_job(self) -> dict[str, Any]:
+        assert len(self.jobs) == 1, f"expected one job, found {sorted(self.jobs)}"
+        return next(iter(self.jobs.values()))
+
+    def called(self, method: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        return [(args, kwargs) for name, args, kwargs in self.calls if name == method]
+
+    def api_calls(self) -> list[str]:
+        return [name for name, _, _ in self.calls]
+
+    def forget(self, name: str, namespace: str = "default") -> None:
+        self.jobs.pop((namespace, name), None)
+
+    def _record(self, method: str, *args: Any, **kwargs: Any) -> None:
+        assert method in _API_METHODS
+        self.calls.append((method, args, kwargs))
+
+    # -- TrainingJobHook's interface ------------------------------------------------------------
+
+    def default_namespace(self) -> str:
+        return self.namespace
+
+    def trigger_connection_args(self) -> dict[str, Any]:
+        return copy.deepcopy(self.connection_args)
+
+    def create_job(self, kind: Any, manifest: Mapping[str, Any], namespace: str, *, dry_run: bool = False) -> Any:
+        self._record("create_job", kind, copy.deepcopy(dict(manifest)), namespace, dry_run=dry_run)
+        if self.before_create is not None:
+            callback, self.before_create = self.before_create, None
+            callback(copy.deepcopy(dict(manifest)))
+        job_kind = get_job_kind(kind)
+        name = manifest["metadata"]["name"]
+        if (namespace, name) in self.jobs:
+            raise JobAlreadyExistsError(f"{job_kind.kind} {namespace}/{name} already exists")
+        job = copy.deepcopy(dict(manifest))
+        job["metadata"].update(
+            uid=f"uid-created-{next(self._uids)}",
+            creationTimestamp=now_timestamp(),
+            resourceVersion=str(next(self._versions)),
+            namespace=namespace,
+        )
+        if dry_run:
+            return job
+        self.jobs[(namespace, name)] = job
+        self.steps[(namespace, name)] = [dict(step) for step in self.progression]
+        if self.conflict_after_store:
+            self.conflict_after_store = False
+            raise JobAlreadyExistsError(f"{job_kind.kind} {namespace}/{name} already exists")
+        return copy.deepcopy(job)
+
+    def get_job(self, kind: Any, name: str, namespace: str) -> dict[str, Any] | None:
+        self._record("get_job", kind, name, namespace)
+        if self.on_get is not None:
+            self.on_get(len(self.called("get_job")))
+        key = (namespace, name)
+        job = self.jobs.get(key)
+        if job is None:
+            return None
+        if steps := self.steps.get(key):
+            job["status"] = copy.deepcopy(steps.pop(0))
+            job["metadata"]["resourceVersion"] = str(next(self._versions))
+        return copy.deepcopy(job)
+
+    def find_jobs(self, kind: Any, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        self._record("find_jobs", kind, namespace, dict(labels))
+        job_kind = get_job_kind(kind)
+        found = [
+            copy.deepcopy(job)
+            for (job_namespace, _), job in self.jobs.items()
+            if job_namespace == namespace
+            and job.get("kind") == job_kind.kind
+            and all((job["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
+        return sorted(found, key=lambda job: job["metadata"].get("creationTimestamp") or "")
+
+    def patch_job(self, kind: Any, name: str, namespace: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        self._record("patch_job", kind, name, namespace, copy.deepcopy(dict(patch)))
+        job = self.jobs[(namespace, name)]
+        _merge(job, patch)
+        return copy.deepcopy(job)
+
+    def delete_job(
+        self,
+        kind: Any,
+        name: str,
+        namespace: str,
+        *,
+        uid: str | None = None,
+        propagation_policy: str = "Background",
+    ) -> bool:
+        self._record("delete_job", kind, name, namespace, uid=uid)
+        job = self.jobs.get((namespace, name))
+        if job is None or (uid and job["metadata"].get("uid") != uid):
+            return False
+        if self.delete_removes:
+            del self.jobs[(namespace, name)]
+        return True
+
+    def list_job_pods(self, job_name: str, namespace: str) -> list[dict[str, Any]]:
+        self._record("list_job_pods", job_name, namespace)
+        return copy.deepcopy(self.pods.get(job_name, []))
+
+    def read_pod_log(
+        self,
+        pod_name: str,
+        namespace: str,
+        container: str | None = None,
+        *,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = 1_000_000,
+    ) -> str:
+        self._record("read_pod_log", pod_name, namespace, container, tail_lines=tail_lines)
+        lines = self.logs.get(pod_name, "").splitlines(keepends=True)
+        return "".join(lines[-tail_lines:] if tail_lines else lines)
+
+    def list_warning_events(self, namespace: str, object_names: set[str]) -> list[dict[str, Any]]:
+        self._record("list_warning_events", namespace, set(object_names))
+        return [
+            copy.deepcopy(event)
+            for event in self.events
+            if (event.get("involvedObject") or {}).get("name") in object_names
+        ]
+
+    def explain_outcome(self, ref: Any, headline: str, job: Any, *, logger: Any = None) -> str:
+        """The real explanation (pods, logs, events through the calls above, then ``diagnostics``)."""
+        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+        return TrainingJobHook.explain_outcome(self, ref, headline, job, logger=logger)  # type: ignore[arg-type]
+
+
+# -- the task context ------------------------------------------------------------------------------------
+
+
+class FakeTI:
+    """The task instance attributes and XCom calls the operators use."""
+
+    def __init__(
+        self,
+        *,
+        dag_id: str = "training_dag",
+        task_id: str = "train",
+        run_id: str = "manual__2024-05-01T10:00:00+00:00",
+        map_index: int = -1,
+        try_number: int = 1,
+        start_date: datetime | None = None,
+    ) -> None:
+        self.dag_id = dag_id
+        self.task_id = task_id
+        self.run_id = run_id
+        self.map_index = map_index
+        self.try_number = try_number
+        self.start_date = start_date or datetime.now(timezone.utc)
+        self.xcoms: dict[str, Any] = {}
+        self.pushed: list[tuple[str, Any]] = []
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed.append((key, value))
+        self.xcoms[key] = value
+
+    def xcom_pull(self, task_ids: Any = None, key: str = "return_value", **kwargs: Any) -> Any:
+        return self.xcoms.get(key)
+
+
+class FakeStateStore:
+    """``task_state_store``: a per-task-instance key-value store that survives retries."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self.values: dict[str, Any] = dict(values or {})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return copy.deepcopy(self.values.get(key, default))
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = copy.deepcopy(value)
+
+
+def make_context(ti: FakeTI | None = None, store: FakeStateStore | None = None) -> dict[str, Any]:
+    context: dict[str, Any] = {"ti": ti or FakeTI()}
+    if store is not None:
+        context["task_state_store"] = store
+    return context
+
+
+# -- the trigger's async client ---------------------------------------------------------------------------
+
+
+class ScriptedJobClient:
+    """``AsyncJobClient`` replaying a script.
+
+    :param gets: answers to successive ``get_job`` calls, each a job dict, None (not found) or an
+        exception to raise; the last answer repeats once the script is used up.
+    :param watches: one entry per ``watch_job`` request: a list of ``(type, job)`` events, after which the
+        request ends, or an exception raised when the request starts. Items of an event list may also
+        be exceptions, raised mid-stream. Once used up, a request yields nothing and ends.
+    :param hold: seconds each watch request stays open after its events (the API server holds a watch
+        until ``timeout_seconds``), so a test waiting for a deadline does not spin.
+    """
+
+    def __init__(self, gets: Iterable[Any] = (), watches: Iterable[Any] = (), hold: float = 0.0) -> None:
+        self.gets = list(gets)
+        self.watches = list(watches)
+        self.hold = hold
+        self.get_calls: list[tuple[Any, ...]] = []
+        self.watch_calls: list[dict[str, Any]] = []
+        self.delete_calls: list[tuple[Any, ...]] = []
+        self.calls: list[str] = []
+        self._last_get: Any = None
+
+    async def get_job(self, kind: Any, name: str, namespace: str) -> dict[str, Any] | None:
+        self.calls.append("get")
+        self.get_calls.append((kind, name, namespace))
+        answer = self.gets.pop(0) if self.gets else self._last_get
+        self._last_get = answer
+        if isinstance(answer, BaseException):
+            raise answer
+        return copy.deepcopy(answer)
+
+    async def watch_job(
+        self, kind: Any, name: str, namespace: str, *, resource_version: str | None, timeout_seconds: int
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self.calls.append("watch")
+        self.watch_calls.append(
+            {
+                "kind": kind,
+                "name": name,
+                "namespace": namespace,
+                "resource_version": resource_version,
+                "timeout_seconds": timeout_seconds,
+            }
+        )
+        script = self.watches.pop(0) if self.watches else []
+        if isinstance(script, BaseException):
+            raise script
+        for item in script:
+            if isinstance(item, BaseException):
+                raise item
+            event_type, obj = item
+            yield event_type, copy.deepcopy(obj)
+        if self.hold:
+            await asyncio.sleep(min(self.hold, timeout_seconds))
+
+    async def delete_job(self, kind: Any, name: str, namespace: str, uid: str | None = None) -> bool:
+        self.calls.append("delete")
+        self.delete_calls.append((kind, name, namespace, uid))
+        return True
+
+
+class FakeAsyncHook:
+    """``AsyncTrainingJobHook`` whose ``job_client()`` yields the given client and counts the openings."""
+
+    def __init__(self, client: Any, enter_error: BaseException | None = None) -> None:
+        self.client = client
+        self.enter_error = enter_error
+        self.opened = 0
+        self.closed = 0
+
+    @contextlib.asynccontextmanager
+    async def job_client(self) -> AsyncIterator[Any]:
+        self.opened += 1
+        if self.enter_error is not None:
+            raise self.enter_error
+        try:
+            yield self.client
+        finally:
+            self.closed += 1
+
+
+def epoch(offset: float = 0.0) -> float:
+    """Epoch seconds ``offset`` from now."""
+    return time.time() + offset
+
+
+def with_hook(operator: Any, hook: Any) -> Any:
+    """Give ``operator`` the fake as its (cached) ``hook``; returns the operator."""
+    operator.__dict__["hook"] = hook
+    return operator

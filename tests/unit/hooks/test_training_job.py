@@ -1,0 +1,498 @@
+"""``TrainingJobHook`` against fakes of the Kubernetes client's ``CustomObjectsApi`` and ``CoreV1Api``.
+
+The API classes are replaced by ``MagicMock(spec=...)`` (so a misspelt method or argument of the real
+client fails here); the hook's own code, the connection handling of the cncf provider, tenacity's
+retries and the model serialization of the real ``ApiClient`` all run.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+from unittest.mock import MagicMock
+
+import pytest
+import tenacity
+import urllib3
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from airflow_provider_disttrain.exceptions import ClusterAccessError, JobAlreadyExistsError
+from airflow_provider_disttrain.hooks.api_errors import API_ATTEMPTS
+from airflow_provider_disttrain.hooks.training_job import LOG_TAIL_LINES, TrainingJobHook
+from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from airflow_provider_disttrain.outcome import JobRef
+from tests.unit.fakes import failed_status, make_job
+
+MANIFEST = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "train-abc", "namespace": "ml"},
+    "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}},
+}
+
+
+def api_error(status: int, reason: str = "", body: str = "") -> ApiException:
+    error = ApiException(status=status, reason=reason)
+    error.body = body
+    return error
+
+
+@pytest.fixture(autouse=True)
+def no_retry_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep tenacity's retries (the attempts count) but drop its backoff, so the tests stay fast."""
+    for attribute in vars(TrainingJobHook).values():
+        retrying = getattr(attribute, "retry", None)
+        if isinstance(retrying, tenacity.BaseRetrying):
+            monkeypatch.setattr(retrying, "wait", tenacity.wait_none())
+
+
+@pytest.fixture
+def custom() -> MagicMock:
+    return MagicMock(spec=client.CustomObjectsApi)
+
+
+@pytest.fixture
+def core() -> MagicMock:
+    return MagicMock(spec=client.CoreV1Api)
+
+
+@pytest.fixture
+def hook(custom: MagicMock, core: MagicMock, monkeypatch: pytest.MonkeyPatch) -> TrainingJobHook:
+    """A hook on the default connection whose API classes are the fakes; no kubeconfig is loaded."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    hook = TrainingJobHook(conn_id="kubernetes_default")
+    # The cncf hook's cached properties, set before first use: the boundary to the cluster.
+    hook.__dict__["custom_object_client"] = custom
+    hook.__dict__["core_v1_client"] = core
+    hook.__dict__["api_client"] = client.ApiClient()
+    return hook
+
+
+# -- create ---------------------------------------------------------------------------------------------
+
+
+def test_create_sends_the_kinds_group_version_plural_and_namespace(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.create_namespaced_custom_object.return_value = {"metadata": {"name": "train-abc", "uid": "u1"}}
+
+    created = hook.create_job("PyTorchJob", MANIFEST, "ml")
+
+    assert created == {"metadata": {"name": "train-abc", "uid": "u1"}}
+    custom.create_namespaced_custom_object.assert_called_once_with(
+        group="kubeflow.org",
+        version="v1",
+        namespace="ml",
+        plural="pytorchjobs",
+        body=MANIFEST,
+        dry_run=None,
+    )
+
+
+def test_create_of_an_mpijob_uses_v2beta1(hook: TrainingJobHook, custom: MagicMock) -> None:
+    hook.create_job("mpijob", {"metadata": {"name": "mpi"}}, "ml")
+
+    kwargs = custom.create_namespaced_custom_object.call_args.kwargs
+    assert (kwargs["group"], kwargs["version"], kwargs["plural"]) == ("kubeflow.org", "v2beta1", "mpijobs")
+
+
+def test_dry_run_asks_the_api_server_for_dry_run_all(hook: TrainingJobHook, custom: MagicMock) -> None:
+    hook.create_job("PyTorchJob", MANIFEST, "ml", dry_run=True)
+
+    assert custom.create_namespaced_custom_object.call_args.kwargs["dry_run"] == "All"
+
+
+def test_create_conflict_is_job_already_exists_and_not_retried(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.create_namespaced_custom_object.side_effect = api_error(409, "Conflict")
+
+    with pytest.raises(JobAlreadyExistsError, match="PyTorchJob ml/train-abc already exists"):
+        hook.create_job("PyTorchJob", MANIFEST, "ml")
+    assert custom.create_namespaced_custom_object.call_count == 1
+
+
+def test_create_forbidden_names_the_request_and_rbac(hook: TrainingJobHook, custom: MagicMock) -> None:
+    body = json.dumps({"message": 'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:ml:af"'})
+    custom.create_namespaced_custom_object.side_effect = api_error(403, "Forbidden", body)
+
+    with pytest.raises(ClusterAccessError) as raised:
+        hook.create_job("PyTorchJob", MANIFEST, "ml")
+
+    message = str(raised.value)
+    assert "create PyTorchJob ml/train-abc" in message
+    assert "403 Forbidden" in message
+    assert "RBAC" in message
+    assert "system:serviceaccount:ml:af" in message
+    assert custom.create_namespaced_custom_object.call_count == 1
+
+
+def test_create_unauthorized_is_a_cluster_access_error(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.create_namespaced_custom_object.side_effect = api_error(401, "Unauthorized")
+
+    with pytest.raises(ClusterAccessError, match=r"create PyTorchJob ml/train-abc: .*401 Unauthorized"):
+        hook.create_job("PyTorchJob", MANIFEST, "ml")
+
+
+def test_create_retries_a_transient_503(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.create_namespaced_custom_object.side_effect = [api_error(503, "Service Unavailable"), {"ok": True}]
+
+    assert hook.create_job("PyTorchJob", MANIFEST, "ml") == {"ok": True}
+    assert custom.create_namespaced_custom_object.call_count == 2
+
+
+def test_create_rejected_as_invalid_is_not_retried(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.create_namespaced_custom_object.side_effect = api_error(422, "Unprocessable Entity")
+
+    with pytest.raises(ApiException) as raised:
+        hook.create_job("PyTorchJob", MANIFEST, "ml")
+    assert raised.value.status == 422
+    assert custom.create_namespaced_custom_object.call_count == 1
+
+
+# -- get ------------------------------------------------------------------------------------------------
+
+
+def test_get_job_reads_the_named_object(hook: TrainingJobHook, custom: MagicMock) -> None:
+    job = make_job(namespace="ml")
+    custom.get_namespaced_custom_object.return_value = job
+
+    assert hook.get_job("PyTorchJob", "train-abc", "ml") == job
+    custom.get_namespaced_custom_object.assert_called_once_with(
+        group="kubeflow.org", version="v1", namespace="ml", plural="pytorchjobs", name="train-abc"
+    )
+
+
+def test_get_job_not_found_is_none(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.get_namespaced_custom_object.side_effect = api_error(404, "Not Found")
+
+    assert hook.get_job("PyTorchJob", "gone", "ml") is None
+    assert custom.get_namespaced_custom_object.call_count == 1
+
+
+def test_get_job_forbidden_is_a_cluster_access_error(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.get_namespaced_custom_object.side_effect = api_error(403, "Forbidden")
+
+    with pytest.raises(ClusterAccessError, match="get PyTorchJob ml/train-abc: forbidden"):
+        hook.get_job("PyTorchJob", "train-abc", "ml")
+
+
+def test_get_job_retries_a_transient_503_then_succeeds(hook: TrainingJobHook, custom: MagicMock) -> None:
+    job = make_job()
+    custom.get_namespaced_custom_object.side_effect = [api_error(503), api_error(503), job]
+
+    assert hook.get_job("PyTorchJob", "train-abc", "default") == job
+    assert custom.get_namespaced_custom_object.call_count == 3
+
+
+def test_get_job_retries_a_dropped_connection(hook: TrainingJobHook, custom: MagicMock) -> None:
+    job = make_job()
+    custom.get_namespaced_custom_object.side_effect = [urllib3.exceptions.ProtocolError("connection reset"), job]
+
+    assert hook.get_job("PyTorchJob", "train-abc", "default") == job
+
+
+def test_get_job_gives_up_after_the_attempts(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.get_namespaced_custom_object.side_effect = api_error(503, "Service Unavailable")
+
+    with pytest.raises(ApiException):
+        hook.get_job("PyTorchJob", "train-abc", "default")
+    assert custom.get_namespaced_custom_object.call_count == API_ATTEMPTS
+
+
+# -- find, patch, delete ----------------------------------------------------------------------------------
+
+
+def test_find_jobs_selects_by_labels_and_sorts_oldest_first(hook: TrainingJobHook, custom: MagicMock) -> None:
+    newer = make_job("b", created="2024-05-02T00:00:00Z")
+    older = make_job("a", created="2024-05-01T00:00:00Z")
+    custom.list_namespaced_custom_object.return_value = {"items": [newer, older]}
+
+    found = hook.find_jobs("PyTorchJob", "ml", {"z.io/key": "2", "a.io/key": "1"})
+
+    assert [job["metadata"]["name"] for job in found] == ["a", "b"]
+    custom.list_namespaced_custom_object.assert_called_once_with(
+        group="kubeflow.org",
+        version="v1",
+        namespace="ml",
+        plural="pytorchjobs",
+        label_selector="a.io/key=1,z.io/key=2",
+    )
+
+
+def test_find_jobs_with_no_match_is_empty(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.list_namespaced_custom_object.return_value = {"items": []}
+
+    assert hook.find_jobs("PyTorchJob", "ml", {"a": "b"}) == []
+
+
+def test_find_jobs_forbidden_names_the_listing(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.list_namespaced_custom_object.side_effect = api_error(403, "Forbidden")
+
+    with pytest.raises(ClusterAccessError, match="list pytorchjobs in ml"):
+        hook.find_jobs("PyTorchJob", "ml", {"a": "b"})
+
+
+def test_patch_job_sends_the_merge_patch(hook: TrainingJobHook, custom: MagicMock) -> None:
+    patch = {"spec": {"runPolicy": {"suspend": True}}}
+    custom.patch_namespaced_custom_object.return_value = {"patched": True}
+
+    assert hook.patch_job("PyTorchJob", "train-abc", "ml", patch) == {"patched": True}
+    custom.patch_namespaced_custom_object.assert_called_once_with(
+        group="kubeflow.org", version="v1", namespace="ml", plural="pytorchjobs", name="train-abc", body=patch
+    )
+
+
+def test_delete_with_uid_sends_a_precondition(hook: TrainingJobHook, custom: MagicMock) -> None:
+    assert hook.delete_job("PyTorchJob", "train-abc", "ml", uid="uid-1") is True
+
+    custom.delete_namespaced_custom_object.assert_called_once_with(
+        group="kubeflow.org",
+        version="v1",
+        namespace="ml",
+        plural="pytorchjobs",
+        name="train-abc",
+        body={"propagationPolicy": "Background", "preconditions": {"uid": "uid-1"}},
+    )
+
+
+def test_delete_without_uid_sends_no_precondition(hook: TrainingJobHook, custom: MagicMock) -> None:
+    hook.delete_job("PyTorchJob", "train-abc", "ml")
+
+    assert custom.delete_namespaced_custom_object.call_args.kwargs["body"] == {"propagationPolicy": "Background"}
+
+
+@pytest.mark.parametrize("status", [404, 409], ids=["already-gone", "uid-precondition-failed"])
+def test_delete_of_a_missing_or_replaced_job_is_false(hook: TrainingJobHook, custom: MagicMock, status: int) -> None:
+    custom.delete_namespaced_custom_object.side_effect = api_error(status)
+
+    assert hook.delete_job("PyTorchJob", "train-abc", "ml", uid="uid-1") is False
+
+
+def test_delete_forbidden_is_a_cluster_access_error(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.delete_namespaced_custom_object.side_effect = api_error(403, "Forbidden")
+
+    with pytest.raises(ClusterAccessError, match="delete PyTorchJob ml/train-abc"):
+        hook.delete_job("PyTorchJob", "train-abc", "ml")
+
+
+# -- pods, logs, events -------------------------------------------------------------------------------------
+
+
+def v1_pod(name: str, replica: str, index: int, *, terminated: client.V1ContainerStateTerminated | None = None) -> Any:
+    state = (
+        client.V1ContainerState(terminated=terminated)
+        if terminated
+        else client.V1ContainerState(running=client.V1ContainerStateRunning())
+    )
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=name,
+            labels={JOB_NAME_LABEL: "train-abc", REPLICA_TYPE_LABEL: replica, REPLICA_INDEX_LABEL: str(index)},
+        ),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="pytorch", image="trainer:1")]),
+        status=client.V1PodStatus(
+            phase="Failed" if terminated else "Running",
+            container_statuses=[
+                client.V1ContainerStatus(
+                    name="pytorch",
+                    image="trainer:1",
+                    image_id="",
+                    ready=terminated is None,
+                    restart_count=0,
+                    state=state,
+                )
+            ],
+        ),
+    )
+
+
+def v1_event(involved: str | None, reason: str, message: str, minute: int) -> Any:
+    return client.CoreV1Event(
+        metadata=client.V1ObjectMeta(name=f"{involved}.{minute}"),
+        involved_object=client.V1ObjectReference(name=involved, kind="Pod"),
+        reason=reason,
+        message=message,
+        type="Warning",
+        last_timestamp=datetime(2024, 5, 1, 10, minute, tzinfo=timezone.utc),
+    )
+
+
+def test_list_job_pods_selects_by_job_name_label_and_returns_api_dicts(hook: TrainingJobHook, core: MagicMock) -> None:
+    core.list_namespaced_pod.return_value = client.V1PodList(items=[v1_pod("train-abc-master-0", "master", 0)])
+
+    pods = hook.list_job_pods("train-abc", "ml")
+
+    core.list_namespaced_pod.assert_called_once_with("ml", label_selector=f"{JOB_NAME_LABEL}=train-abc")
+    assert pods[0]["metadata"]["name"] == "train-abc-master-0"
+    # The API server's JSON field names, as the pure modules expect.
+    assert pods[0]["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_read_pod_log_passes_container_and_tail(hook: TrainingJobHook, core: MagicMock) -> None:
+    core.read_namespaced_pod_log.return_value = "line 1\nline 2\n"
+
+    assert hook.read_pod_log("pod-a", "ml", "pytorch", tail_lines=5) == "line 1\nline 2\n"
+    core.read_namespaced_pod_log.assert_called_once_with(
+        "pod-a", "ml", container="pytorch", tail_lines=5, limit_bytes=1_000_000
+    )
+
+
+@pytest.mark.parametrize("status", [400, 404], ids=["container-not-started", "pod-gone"])
+def test_read_pod_log_of_a_missing_log_is_empty(hook: TrainingJobHook, core: MagicMock, status: int) -> None:
+    core.read_namespaced_pod_log.side_effect = api_error(status)
+
+    assert hook.read_pod_log("pod-a", "ml") == ""
+
+
+def test_list_warning_events_keeps_only_the_named_objects_oldest_first(hook: TrainingJobHook, core: MagicMock) -> None:
+    core.list_namespaced_event.return_value = client.CoreV1EventList(
+        items=[
+            v1_event("train-abc-worker-0", "BackOff", "Back-off restarting failed container", 5),
+            v1_event("someone-elses-pod", "FailedMount", "not ours", 1),
+            v1_event("train-abc", "FailedCreatePod", "quota exceeded", 2),
+        ]
+    )
+
+    events = hook.list_warning_events("ml", {"train-abc", "train-abc-worker-0"})
+
+    core.list_namespaced_event.assert_called_once_with("ml", field_selector="type=Warning")
+    assert [event["reason"] for event in events] == ["FailedCreatePod", "BackOff"]
+    assert events[0]["involvedObject"]["name"] == "train-abc"
+
+
+# -- connection ---------------------------------------------------------------------------------------------
+
+
+def connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, Any]) -> None:
+    """A real ``kubernetes`` connection, defined the way a deployment would: an environment variable."""
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+
+
+KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443"}}],
+    "users": [{"name": "u", "user": {"token": "t0ken-abcdef"}}],
+    "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+    "current-context": "ctx",
+}
+
+
+@pytest.fixture
+def kubeconfig_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    path = tmp_path / "kubeconfig.yaml"
+    path.write_text(yaml.safe_dump(KUBECONFIG))
+    return str(path)
+
+
+def test_default_namespace_comes_from_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    connection(monkeypatch, "k8s_ns", {"namespace": "ml", "in_cluster": True})
+
+    assert TrainingJobHook(conn_id="k8s_ns").default_namespace() == "ml"
+    assert TrainingJobHook(conn_id="kubernetes_default").default_namespace() == "default"
+
+
+def test_trigger_args_ship_the_named_kubeconfig_file_as_content(
+    monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str
+) -> None:
+    connection(monkeypatch, "k8s_file", {"kube_config_path": kubeconfig_file, "namespace": "ml"})
+
+    args = TrainingJobHook(conn_id="k8s_file", cluster_context="ctx").trigger_connection_args()
+
+    assert args == {
+        "kubernetes_conn_id": "k8s_file",
+        "cluster_context": "ctx",
+        "config_dict": KUBECONFIG,
+        # The triggerer must not look for the file: the path is dropped, the other extras travel.
+        "connection_extras": {"namespace": "ml"},
+    }
+    json.dumps(args)  # they become trigger kwargs
+
+
+def test_trigger_args_drop_legacy_prefixed_kubeconfig_extras(
+    monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str
+) -> None:
+    # Connections made before Airflow 2.3 name their extras extra__kubernetes__<field>; the cncf hooks
+    # read both forms, so a path left in either form would clash with the shipped config_dict.
+    connection(
+        monkeypatch,
+        "k8s_legacy",
+        {"extra__kubernetes__kube_config_path": kubeconfig_file, "extra__kubernetes__namespace": "ml"},
+    )
+
+    args = TrainingJobHook(conn_id="k8s_legacy").trigger_connection_args()
+
+    assert args["config_dict"] == KUBECONFIG
+    assert args["connection_extras"] == {"extra__kubernetes__namespace": "ml"}
+
+
+def test_trigger_args_ship_an_operator_config_file(monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str) -> None:
+    args = TrainingJobHook(conn_id="kubernetes_default", config_file=kubeconfig_file).trigger_connection_args()
+
+    assert args["config_dict"] == KUBECONFIG
+    assert args["connection_extras"] == {}
+
+
+def test_trigger_args_ship_nothing_extra_for_an_in_cluster_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    connection(monkeypatch, "k8s_in_cluster", {"in_cluster": True, "namespace": "ml"})
+
+    args = TrainingJobHook(conn_id="k8s_in_cluster").trigger_connection_args()
+
+    assert args == {
+        "kubernetes_conn_id": "k8s_in_cluster",
+        "cluster_context": None,
+        "config_dict": None,
+        "connection_extras": None,
+    }
+
+
+def test_trigger_args_ship_a_single_kubeconfig_env_file(monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str) -> None:
+    monkeypatch.setenv("KUBECONFIG", kubeconfig_file)
+
+    assert TrainingJobHook(conn_id="kubernetes_default").trigger_connection_args()["config_dict"] == KUBECONFIG
+    # A merged list of files is the triggerer's business: nothing is shipped.
+    monkeypatch.setenv("KUBECONFIG", f"{kubeconfig_file}:{kubeconfig_file}")
+    assert TrainingJobHook(conn_id="kubernetes_default").trigger_connection_args()["config_dict"] is None
+
+
+# -- explain_outcome ------------------------------------------------------------------------------------------
+
+
+def test_explain_outcome_reports_the_failing_replica_its_log_and_events(hook: TrainingJobHook, core: MagicMock) -> None:
+    oom = client.V1ContainerStateTerminated(exit_code=137, reason="OOMKilled")
+    core.list_namespaced_pod.return_value = client.V1PodList(
+        items=[v1_pod("train-abc-worker-0", "worker", 0), v1_pod("train-abc-master-0", "master", 0, terminated=oom)]
+    )
+    core.read_namespaced_pod_log.return_value = "epoch 1\nallocating 80GiB\n"
+    core.list_namespaced_event.return_value = client.CoreV1EventList(
+        items=[v1_event("train-abc-master-0", "BackOff", "Back-off restarting failed container", 3)]
+    )
+    job = make_job(namespace="ml", status=failed_status())
+
+    message = hook.explain_outcome(JobRef("PyTorchJob", "train-abc", "ml"), "PyTorchJob ml/train-abc failed", job)
+
+    lines = message.splitlines()
+    assert lines[0] == "PyTorchJob ml/train-abc failed"
+    assert "Failed condition: BackoffLimitExceeded" in message
+    assert "master-0 (train-abc-master-0): Failed - container pytorch: OOMKilled, exit code 137" in message
+    assert "worker-0 (train-abc-worker-0): Running" in message
+    assert "Last log lines of train-abc-master-0:" in message
+    assert "  | allocating 80GiB" in lines
+    assert "train-abc-master-0: BackOff: Back-off restarting failed container" in message
+    # Only the failing container's log is read, and only its tail.
+    core.read_namespaced_pod_log.assert_called_once_with(
+        "train-abc-master-0", "ml", container="pytorch", tail_lines=LOG_TAIL_LINES, limit_bytes=1_000_000
+    )
+
+
+def test_explain_outcome_keeps_the_headline_when_diagnostics_fail(hook: TrainingJobHook, core: MagicMock) -> None:
+    core.list_namespaced_pod.side_effect = api_error(500, "Internal Server Error")
+    job = make_job(namespace="ml", status=failed_status(reason="OOM", message="replica master-0 was OOMKilled"))
+    logger = MagicMock()
+
+    message = hook.explain_outcome(JobRef("PyTorchJob", "train-abc", "ml"), "it failed", job, logger=logger)
+
+    assert message == "it failed\nFailed condition: OOM: replica master-0 was OOMKilled"
+    assert logger.warning.call_args.args[:2] == ("Could not collect diagnostics for %s: %r", "PyTorchJob ml/train-abc")

@@ -1,0 +1,136 @@
+"""``MPIJobOperator``: an MPIJob (``kubeflow.org/v2beta1``) through a whole (faked) run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
+from airflow_provider_disttrain.kinds import JOB_ROLE_LABEL
+from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
+from tests.unit.fakes import (
+    OOM_KILLED,
+    FakeTrainingJobHook,
+    failed_status,
+    make_context,
+    make_pod,
+    running_status,
+    succeeded_status,
+    with_hook,
+)
+
+LAUNCHER_COMMAND = ["mpirun", "-np", "4", "python", "train.py"]
+
+
+def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> MPIJobOperator:
+    arguments: dict[str, Any] = {
+        "task_id": "horovod",
+        "image": "horovod:1",
+        "command": LAUNCHER_COMMAND,
+        "num_workers": 2,
+        "poll_interval": 0.01,
+    }
+    arguments.update(kwargs)
+    return with_hook(MPIJobOperator(**arguments), hook)
+
+
+def submitted(hook: FakeTrainingJobHook) -> dict[str, Any]:
+    [(args, _)] = hook.called("create_job")
+    return args[1]
+
+
+def test_runs_an_mpijob_with_a_launcher_and_ssh_workers() -> None:
+    hook = FakeTrainingJobHook(
+        progression=[running_status(workers=2, leader="Launcher"), succeeded_status(workers=2, leader="Launcher")]
+    )
+
+    result = make_operator(
+        hook,
+        slots_per_worker=2,
+        mpi_implementation="OpenMPI",
+        launcher_creation_policy="WaitForWorkersReady",
+        run_launcher_as_worker=False,
+        worker_resources={"limits": {"nvidia.com/gpu": 2}},
+        launcher_resources={"limits": {"cpu": "1"}},
+    ).execute(make_context())
+
+    assert result["kind"] == "MPIJob"
+    assert result["state"] == "succeeded"
+    assert result["replica_statuses"]["Launcher"]["succeeded"] == 1
+    assert hook.called("create_job")[0][0][0] == "MPIJob"
+    manifest = submitted(hook)
+    assert (manifest["apiVersion"], manifest["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
+    spec = manifest["spec"]
+    assert spec["slotsPerWorker"] == 2
+    assert spec["mpiImplementation"] == "OpenMPI"
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert spec["runLauncherAsWorker"] is False
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]
+    worker = spec["mpiReplicaSpecs"]["Worker"]
+    assert (launcher["replicas"], worker["replicas"]) == (1, 2)
+    [launcher_container] = launcher["template"]["spec"]["containers"]
+    [worker_container] = worker["template"]["spec"]["containers"]
+    assert launcher_container["command"] == LAUNCHER_COMMAND
+    assert worker_container["command"] == ["/usr/sbin/sshd", "-De"]  # workers serve SSH to mpirun
+    assert launcher_container["resources"] == {"limits": {"cpu": "1"}}
+    assert worker_container["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert launcher["restartPolicy"] in ("Never", "OnFailure")
+
+
+def test_failure_names_the_oom_killed_launcher() -> None:
+    hook = FakeTrainingJobHook(progression=[running_status(leader="Launcher"), failed_status(leader="Launcher")])
+    hook.pods["mpi-job"] = [
+        make_pod(
+            "mpi-job",
+            "launcher",
+            0,
+            phase="Failed",
+            container="mpi",
+            terminated=OOM_KILLED,
+            replica_label=JOB_ROLE_LABEL,
+        ),
+        make_pod("mpi-job", "worker", 0, container="mpi", replica_label=JOB_ROLE_LABEL),
+    ]
+    hook.logs["mpi-job-launcher-x1"] = "mpirun: rank 0 killed\n"
+
+    with pytest.raises(JobFailedError) as raised:
+        make_operator(hook, job_name="mpi-job").execute(make_context())
+
+    message = str(raised.value)
+    assert "launcher-0 (mpi-job-launcher-x1): Failed - container mpi: OOMKilled, exit code 137" in message
+    assert "  | mpirun: rank 0 killed" in message
+    # The launcher's own Job is among the objects whose events are read.
+    assert "mpi-job-launcher" in hook.called("list_warning_events")[0][0][1]
+
+
+def test_an_mpijob_without_image_is_rejected_before_any_api_call() -> None:
+    hook = FakeTrainingJobHook()
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        make_operator(hook, image=None).execute(make_context())
+
+    assert raised.value.field.endswith(".image")
+    assert raised.value.field.startswith("spec.mpiReplicaSpecs.")
+    assert hook.calls == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"slots_per_worker": 0}, "slots_per_worker"),
+        ({"slots_per_worker": True}, "slots_per_worker"),
+        ({"slots_per_worker": "2"}, "slots_per_worker"),
+        ({"mpi_implementation": "X"}, "mpi_implementation"),
+        ({"launcher_creation_policy": "Eventually"}, "launcher_creation_policy"),
+        ({"resources": {"limits": {"cpu": 1}}, "worker_resources": {"limits": {"cpu": 2}}}, "resources"),
+        ({"num_workers": 0}, "num_workers"),
+    ],
+)
+def test_invalid_parameters_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], parameter: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{parameter}: "):
+        MPIJobOperator(task_id="t", image="i", **kwargs)
+
+
+def test_the_kind_is_always_mpijob() -> None:
+    assert MPIJobOperator(task_id="t", image="i", kind="PyTorchJob").kind == "MPIJob"

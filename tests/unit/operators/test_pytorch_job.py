@@ -1,0 +1,135 @@
+"""``PyTorchJobOperator``: what it adds to ``TrainingJobOperator``, through a whole (faked) run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator, elastic_policy_spec
+from tests.unit.fakes import (
+    OOM_KILLED,
+    FakeTrainingJobHook,
+    failed_status,
+    make_context,
+    make_pod,
+    running_status,
+    succeeded_status,
+    with_hook,
+)
+
+
+def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> PyTorchJobOperator:
+    arguments: dict[str, Any] = {
+        "task_id": "train",
+        "image": "pytorch-trainer:1",
+        "command": ["torchrun", "train.py"],
+        "num_workers": 2,
+        "poll_interval": 0.01,
+    }
+    arguments.update(kwargs)
+    return with_hook(PyTorchJobOperator(**arguments), hook)
+
+
+def submitted(hook: FakeTrainingJobHook) -> dict[str, Any]:
+    [(args, _)] = hook.called("create_job")
+    return args[1]
+
+
+def test_runs_a_pytorchjob_with_a_master_and_workers() -> None:
+    hook = FakeTrainingJobHook(progression=[running_status(workers=2), succeeded_status(workers=2)])
+
+    result = make_operator(hook, nproc_per_node=4, gpus_per_replica=1, shm_size="2Gi").execute(make_context())
+
+    assert result["kind"] == "PyTorchJob"
+    assert result["state"] == "succeeded"
+    manifest = submitted(hook)
+    assert (manifest["apiVersion"], manifest["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    assert hook.called("create_job")[0][0][0] == "PyTorchJob"
+    spec = manifest["spec"]
+    assert spec["nprocPerNode"] == "4"
+    replicas = spec["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+    for replica in replicas.values():
+        [container] = replica["template"]["spec"]["containers"]
+        assert container["name"] == "pytorch"  # the only container the training-operator runs
+        assert container["image"] == "pytorch-trainer:1"
+        assert container["command"] == ["torchrun", "train.py"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+
+
+def test_elastic_policy_accepts_snake_case_and_the_crds_keys() -> None:
+    hook = FakeTrainingJobHook(progression=[succeeded_status()])
+    policy = {"min_replicas": 1, "maxReplicas": 4, "rdzv_backend": "c10d", "max_restarts": 3}
+
+    make_operator(hook, elastic_policy=policy).execute(make_context())
+
+    assert submitted(hook)["spec"]["elasticPolicy"] == {
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "rdzvBackend": "c10d",
+        "maxRestarts": 3,
+    }
+    assert elastic_policy_spec({"rdzvId": "x"}) == {"rdzvId": "x"}
+
+
+def test_spec_fields_are_merged_with_the_pytorch_ones() -> None:
+    hook = FakeTrainingJobHook(progression=[succeeded_status()])
+
+    make_operator(hook, nproc_per_node="auto", spec_fields={"runPolicy": {"suspend": False}}).execute(make_context())
+
+    spec = submitted(hook)["spec"]
+    assert spec["nprocPerNode"] == "auto"
+    assert spec["runPolicy"]["suspend"] is False
+
+
+def test_the_kind_is_always_pytorchjob() -> None:
+    assert PyTorchJobOperator(task_id="t", image="i", kind="MPIJob").kind == "PyTorchJob"
+
+
+def test_failure_names_the_oom_killed_master() -> None:
+    hook = FakeTrainingJobHook(progression=[running_status(), failed_status()])
+    hook.pods["pt-job"] = [make_pod("pt-job", "master", 0, phase="Failed", terminated=OOM_KILLED)]
+
+    with pytest.raises(JobFailedError, match=r"master-0 \(pt-job-master-0\): Failed - container pytorch: OOMKilled"):
+        make_operator(hook, job_name="pt-job").execute(make_context())
+
+
+def test_an_invalid_rendezvous_backend_is_rejected_before_any_api_call() -> None:
+    hook = FakeTrainingJobHook()
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        make_operator(hook, elastic_policy={"rdzv_backend": "zookeeper"}).execute(make_context())
+
+    assert raised.value.field == "spec.elasticPolicy.rdzvBackend"
+    assert hook.calls == []
+
+
+def test_workers_outside_the_elastic_range_are_rejected_before_any_api_call() -> None:
+    hook = FakeTrainingJobHook()
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        make_operator(hook, num_workers=8, elastic_policy={"min_replicas": 1, "max_replicas": 4}).execute(
+            make_context()
+        )
+
+    assert raised.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
+    assert hook.calls == []
+
+
+@pytest.mark.parametrize("value", [-1, 0, True, "fast", "0", 2.5])
+def test_nproc_per_node_must_be_positive_or_a_keyword(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"^nproc_per_node: "):
+        PyTorchJobOperator(task_id="t", image="i", nproc_per_node=value)
+
+
+@pytest.mark.parametrize("value", [1, "8", "auto", "cpu", "gpu"])
+def test_nproc_per_node_accepts(value: Any) -> None:
+    assert PyTorchJobOperator(task_id="t", image="i", nproc_per_node=value).nproc_per_node == value
+
+
+def test_elastic_policy_with_an_unknown_key_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"^elastic_policy: unknown keys \['min_workers'\]"):
+        PyTorchJobOperator(task_id="t", image="i", elastic_policy={"min_workers": 1})

@@ -1,0 +1,782 @@
+"""``TrainingJobOperator`` flows with the hook replaced by ``FakeTrainingJobHook`` at the API boundary.
+
+Everything above the hook runs for real: manifest building and validation, naming, reattachment,
+the sync wait and its deadlines, deferral, ``execute_complete`` and the explanation of a failure
+(``diagnostics`` over the fake's pods, logs and events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout, TaskDeferred
+
+from airflow_provider_disttrain.exceptions import (
+    InvalidJobSpecError,
+    JobAlreadyExistsError,
+    JobFailedError,
+    JobTimeoutError,
+    TrainingJobError,
+)
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_labels
+from airflow_provider_disttrain.operators.training_job import STATE_STORE_KEY, TrainingJobOperator
+from airflow_provider_disttrain.outcome import ERROR, JobRef, make_outcome
+from airflow_provider_disttrain.status import job_result, parse_time
+from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+from tests.unit.fakes import (
+    FAILED_REASON,
+    OOM_KILLED,
+    FakeAsyncHook,
+    FakeStateStore,
+    FakeTI,
+    FakeTrainingJobHook,
+    ScriptedJobClient,
+    failed_status,
+    make_context,
+    make_event,
+    make_job,
+    make_pod,
+    queued_status,
+    running_status,
+    succeeded_status,
+    with_hook,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> TrainingJobOperator:
+    arguments: dict[str, Any] = {"task_id": "train", "image": "trainer:1", "num_workers": 2, "poll_interval": 0.01}
+    arguments.update(kwargs)
+    return with_hook(TrainingJobOperator(**arguments), hook)
+
+
+def progressing(*statuses: dict[str, Any], **kwargs: Any) -> FakeTrainingJobHook:
+    return FakeTrainingJobHook(progression=statuses, **kwargs)
+
+
+def our_labels(ti: FakeTI, try_number: int = 1) -> dict[str, str]:
+    return task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, try_number)
+
+
+def add_failing_pods(hook: FakeTrainingJobHook, name: str) -> None:
+    """A Master killed for memory and a healthy worker, with a log and a Warning event."""
+    hook.pods[name] = [make_pod(name, "master", 0, phase="Failed", terminated=OOM_KILLED), make_pod(name, "worker", 0)]
+    hook.logs[f"{name}-master-0"] = "loading shards\nCUDA out of memory? no: host memory\n"
+    hook.events.append(make_event(f"{name}-master-0", "BackOff", "Back-off restarting failed container"))
+
+
+def trigger_event(job: dict[str, Any] | None, **trigger_kwargs: Any) -> dict[str, Any]:
+    """The event the real trigger fires when its first read returns ``job``."""
+    kwargs = {"kind": "PyTorchJob", "name": "train-abc", "namespace": "default", "uid": "uid-1", "poll_interval": 0.01}
+    kwargs.update(trigger_kwargs)
+    trigger = TrainingJobTrigger(**kwargs)
+    hook = FakeAsyncHook(ScriptedJobClient(gets=[job]))
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+
+    async def first_event() -> dict[str, Any]:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger fired no event")
+
+    return asyncio.run(first_event())
+
+
+# -- sync mode ---------------------------------------------------------------------------------------------------
+
+
+def test_sync_success_returns_the_json_safe_summary() -> None:
+    hook = progressing(queued_status(), running_status(workers=2), succeeded_status(workers=2))
+    ti = FakeTI()
+
+    result = make_operator(hook).execute(make_context(ti))
+
+    job = hook.only_job()
+    assert result == job_result(job, "PyTorchJob")
+    assert json.loads(json.dumps(result)) == result
+    assert result["state"] == "succeeded"
+    assert result["replica_statuses"] == {
+        "Master": {"active": 0, "succeeded": 1, "failed": 0},
+        "Worker": {"active": 0, "succeeded": 2, "failed": 0},
+    }
+    assert ti.pushed == [("job_name", job["metadata"]["name"]), ("job_namespace", "default")]
+    assert hook.called("delete_job") == []
+
+
+def test_sync_submission_names_labels_and_places_the_job() -> None:
+    hook = progressing(succeeded_status(), namespace="ml")
+    ti = FakeTI(dag_id="nightly", task_id="train", run_id="scheduled__2024-05-01", try_number=3)
+    store = FakeStateStore()
+
+    make_operator(hook).execute(make_context(ti, store))
+
+    [(args, kwargs)] = hook.called("create_job")
+    kind, manifest, namespace = args
+    assert (kind, namespace, kwargs) == ("PyTorchJob", "ml", {"dry_run": False})
+    assert manifest["metadata"]["namespace"] == "ml"
+    assert manifest["metadata"]["name"].startswith("train-")
+    assert manifest["metadata"]["labels"] == our_labels(ti, try_number=3)
+    replicas = manifest["spec"]["pytorchReplicaSpecs"]
+    assert replicas["Worker"]["replicas"] == 2
+    assert replicas["Master"]["template"]["spec"]["containers"][0]["image"] == "trainer:1"
+    # What a later try needs to find this job again.
+    job = hook.only_job()
+    assert store.values[STATE_STORE_KEY] == {
+        "kind": "PyTorchJob",
+        "name": job["metadata"]["name"],
+        "namespace": "ml",
+        "uid": job["metadata"]["uid"],
+    }
+    # Reattachment looks for this task instance's jobs before creating one.
+    assert hook.api_calls()[:2] == ["find_jobs", "create_job"]
+    assert hook.called("find_jobs")[0][0][2] == {TASK_INSTANCE_LABEL: our_labels(ti)[TASK_INSTANCE_LABEL]}
+
+
+def test_namespace_of_the_operator_wins_over_the_manifest_and_the_connection() -> None:
+    manifest = {"metadata": {"name": "from-manifest", "namespace": "team-a"}}
+    hook = progressing(succeeded_status(), namespace="ml")
+
+    make_operator(hook, job_manifest=manifest).execute(make_context())
+    assert hook.only_job()["metadata"]["namespace"] == "team-a"
+    assert hook.only_job()["metadata"]["name"].startswith("from-manifest-")
+
+    hook = progressing(succeeded_status(), namespace="ml")
+    make_operator(hook, job_manifest=manifest, namespace="team-b").execute(make_context())
+    assert hook.only_job()["metadata"]["namespace"] == "team-b"
+
+
+def test_sync_failure_explains_the_reason_and_the_oom_killed_replica() -> None:
+    hook = progressing(running_status(), failed_status())
+    add_failing_pods(hook, "train-abc")
+
+    with pytest.raises(JobFailedError) as raised:
+        make_operator(hook, job_name="train-abc").execute(make_context())
+
+    message = str(raised.value)
+    assert message.startswith("PyTorchJob default/train-abc failed")
+    assert f"Failed condition: {FAILED_REASON}" in message
+    assert "master-0 (train-abc-master-0): Failed - container pytorch: OOMKilled, exit code 137" in message
+    assert "  | CUDA out of memory? no: host memory" in message
+    assert "train-abc-master-0: BackOff: Back-off restarting failed container" in message
+    assert hook.called("delete_job") == []  # delete_on_finish="never"
+
+
+@pytest.mark.parametrize(
+    ("delete_on_finish", "final", "deleted"),
+    [
+        ("never", "succeeded", False),
+        ("never", "failed", False),
+        ("succeeded", "succeeded", True),
+        ("succeeded", "failed", False),
+        ("always", "succeeded", True),
+        ("always", "failed", True),
+    ],
+)
+def test_delete_on_finish(delete_on_finish: str, final: str, deleted: bool) -> None:
+    hook = progressing(running_status(), succeeded_status() if final == "succeeded" else failed_status())
+    operator = make_operator(hook, job_name="train-abc", delete_on_finish=delete_on_finish)
+
+    if final == "succeeded":
+        operator.execute(make_context())
+    else:
+        with pytest.raises(JobFailedError):
+            operator.execute(make_context())
+
+    deletes = hook.called("delete_job")
+    assert bool(deletes) == deleted
+    assert (hook.job("train-abc") is None) == deleted
+    if deleted:
+        assert deletes[0][1]["uid"] == "uid-created-1"
+
+
+def test_startup_timeout_fails_the_task_and_deletes_the_job() -> None:
+    hook = progressing(queued_status())
+
+    with pytest.raises(JobTimeoutError) as raised:
+        make_operator(hook, job_name="train-abc", startup_timeout=0.05).execute(make_context())
+
+    message = str(raised.value)
+    assert "did not start within startup_timeout" in message
+    assert "was deleted (delete_on_timeout=True)" in message
+    assert hook.job("train-abc") is None
+    assert hook.called("delete_job")[0][1]["uid"] == "uid-created-1"
+
+
+def test_startup_timeout_keeps_the_job_when_asked_to() -> None:
+    hook = progressing(queued_status())
+
+    with pytest.raises(JobTimeoutError) as raised:
+        make_operator(hook, job_name="train-abc", startup_timeout=0.05, delete_on_timeout=False).execute(make_context())
+
+    assert "was deleted" not in str(raised.value)
+    assert hook.job("train-abc") is not None
+    assert hook.called("delete_job") == []
+
+
+def test_a_job_deleted_by_someone_else_fails_the_task() -> None:
+    hook = progressing(running_status())
+    hook.on_get = lambda number: hook.forget("train-abc") if number == 3 else None
+
+    with pytest.raises(TrainingJobError, match="no longer exists") as raised:
+        make_operator(hook, job_name="train-abc").execute(make_context())
+    assert not isinstance(raised.value, (JobFailedError, JobTimeoutError))
+
+
+class Killed(BaseException):
+    """What the task runner's signal handler raises into ``execute``."""
+
+
+def test_on_kill_during_the_sync_wait_deletes_the_job_with_its_uid() -> None:
+    hook = progressing(running_status())
+    operator = make_operator(hook, job_name="train-abc")
+
+    def kill(number: int) -> None:
+        if number == 3:
+            raise Killed
+
+    hook.on_get = kill
+    with pytest.raises(Killed):
+        operator.execute(make_context())
+    operator.on_kill()
+
+    assert hook.called("delete_job") == [(("PyTorchJob", "train-abc", "default"), {"uid": "uid-created-1"})]
+
+
+def test_on_kill_leaves_the_job_with_delete_on_kill_false() -> None:
+    hook = progressing(running_status())
+    operator = make_operator(hook, job_name="train-abc", delete_on_kill=False)
+    hook.on_get = lambda number: (_ for _ in ()).throw(Killed) if number == 3 else None
+
+    with pytest.raises(Killed):
+        operator.execute(make_context())
+    operator.on_kill()
+
+    assert hook.called("delete_job") == []
+
+
+def test_on_kill_before_anything_was_submitted_does_nothing() -> None:
+    hook = FakeTrainingJobHook()
+
+    make_operator(hook).on_kill()
+
+    assert hook.calls == []
+
+
+@pytest.mark.parametrize(("delete_on_timeout", "deleted"), [(True, True), (False, False)])
+def test_execution_timeout_in_sync_mode_follows_delete_on_timeout(delete_on_timeout: bool, deleted: bool) -> None:
+    hook = progressing(running_status())
+    operator = make_operator(hook, job_name="train-abc", delete_on_timeout=delete_on_timeout)
+    hook.on_get = lambda number: (_ for _ in ()).throw(AirflowTaskTimeout("timed out")) if number == 3 else None
+
+    with pytest.raises(AirflowTaskTimeout):
+        operator.execute(make_context())
+    operator.on_kill()  # the task runner kills the task after the timeout
+
+    assert bool(hook.called("delete_job")) == deleted
+
+
+def test_wait_for_completion_false_returns_once_submitted() -> None:
+    hook = progressing(running_status())
+
+    result = make_operator(hook, wait_for_completion=False, deferrable=True).execute(make_context())
+
+    assert result["state"] == "queued"
+    assert result["uid"] == "uid-created-1"
+    assert hook.api_calls() == ["find_jobs", "create_job"]
+
+
+def test_manifest_from_a_yaml_file(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            apiVersion: kubeflow.org/v1
+            kind: PyTorchJob
+            metadata:
+              name: from-file
+            spec:
+              pytorchReplicaSpecs:
+                Worker:
+                  replicas: 3
+                  template:
+                    spec:
+                      containers:
+                        - name: pytorch
+                          image: file-image:2
+            """
+        )
+    )
+    hook = progressing(succeeded_status())
+
+    make_operator(hook, job_manifest=str(path), image=None, num_workers=None).execute(make_context())
+
+    manifest = hook.called("create_job")[0][0][1]
+    assert manifest["metadata"]["name"].startswith("from-file-")
+    assert manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+    assert manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] == (
+        "file-image:2"
+    )
+
+
+# -- deferrable mode ----------------------------------------------------------------------------------------------
+
+
+def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
+    connection_args = {
+        "kubernetes_conn_id": "k8s",
+        "cluster_context": "ctx",
+        "config_dict": {"apiVersion": "v1", "kind": "Config"},
+        "connection_extras": {"namespace": "ml"},
+    }
+    hook = progressing(running_status(), connection_args=connection_args)
+    started = datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
+    ti = FakeTI(start_date=started)
+    operator = make_operator(
+        hook,
+        deferrable=True,
+        execution_timeout=timedelta(hours=2),
+        startup_timeout=timedelta(minutes=30),
+        poll_interval=7,
+        delete_on_kill=False,
+    )
+
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(make_context(ti))
+
+    job = hook.only_job()
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, TrainingJobTrigger)
+    assert (trigger.kind, trigger.name, trigger.namespace, trigger.uid) == (
+        "PyTorchJob",
+        job["metadata"]["name"],
+        "default",
+        job["metadata"]["uid"],
+    )
+    created = parse_time(job["metadata"]["creationTimestamp"])
+    assert created is not None
+    assert trigger.startup_deadline == created.timestamp() + 1800
+    # The trigger reports the task's timeout 15 s before the scheduler would enforce it.
+    assert trigger.execution_deadline == started.timestamp() + 7200 - 15
+    assert trigger.poll_interval == 7.0
+    assert trigger.delete_on_kill is False
+    assert (trigger.kubernetes_conn_id, trigger.cluster_context) == ("k8s", "ctx")
+    assert trigger.config_dict == {"apiVersion": "v1", "kind": "Config"}
+    assert trigger.connection_extras == {"namespace": "ml"}
+    assert deferred.value.method_name == "execute_complete"
+    assert deferred.value.kwargs == {"job_uid": job["metadata"]["uid"]}
+    # The worker only submitted; the trigger does the waiting.
+    assert hook.api_calls() == ["find_jobs", "create_job"]
+    assert ti.xcoms == {"job_name": job["metadata"]["name"], "job_namespace": "default"}
+    json.dumps(trigger.serialize()[1])
+
+
+def test_deferrable_without_timeouts_has_no_deadlines() -> None:
+    hook = progressing(running_status())
+
+    with pytest.raises(TaskDeferred) as deferred:
+        make_operator(hook, deferrable=True, startup_timeout=None).execute(make_context())
+
+    trigger = deferred.value.trigger
+    assert (trigger.startup_deadline, trigger.execution_deadline) == (None, None)
+
+
+def test_a_job_already_finished_at_submit_is_not_deferred() -> None:
+    # The create's reply was lost and the retry saw 409; by the time it is read, the job is done.
+    hook = progressing(succeeded_status())
+    hook.conflict_after_store = True
+
+    result = make_operator(hook, deferrable=True).execute(make_context())
+
+    assert result["state"] == "succeeded"
+    assert "create_job" in hook.api_calls()
+
+
+def test_execute_complete_success_returns_what_the_sync_path_returns() -> None:
+    sync_hook = progressing(running_status(), succeeded_status())
+    sync_result = make_operator(sync_hook, job_name="train-abc").execute(make_context())
+    finished_job = sync_hook.job("train-abc")
+    assert finished_job is not None
+
+    deferred_hook = FakeTrainingJobHook()
+    deferred_hook.add_job(finished_job)
+    event = trigger_event(finished_job, uid=finished_job["metadata"]["uid"])
+    result = make_operator(deferred_hook, job_name="train-abc", deferrable=True).execute_complete(
+        make_context(), event, job_uid=finished_job["metadata"]["uid"]
+    )
+
+    assert event["status"] == "success"
+    assert result == sync_result
+    assert deferred_hook.called("delete_job") == []
+
+
+def test_execute_complete_failure_raises_what_the_sync_path_raises() -> None:
+    sync_hook = progressing(running_status(), failed_status())
+    add_failing_pods(sync_hook, "train-abc")
+    with pytest.raises(JobFailedError) as sync_raised:
+        make_operator(sync_hook, job_name="train-abc").execute(make_context())
+    failed_job = sync_hook.job("train-abc")
+    assert failed_job is not None
+
+    deferred_hook = FakeTrainingJobHook()
+    deferred_hook.add_job(failed_job)
+    add_failing_pods(deferred_hook, "train-abc")
+    event = trigger_event(failed_job, uid="uid-created-1")
+    with pytest.raises(JobFailedError) as deferred_raised:
+        make_operator(deferred_hook, job_name="train-abc").execute_complete(
+            make_context(), event, job_uid="uid-created-1"
+        )
+
+    assert event["status"] == "failed"
+    assert str(deferred_raised.value) == str(sync_raised.value)
+    assert "OOMKilled" in str(deferred_raised.value)
+    assert FAILED_REASON in str(deferred_raised.value)
+
+
+@pytest.mark.parametrize(("delete_on_timeout", "deleted"), [(True, True), (False, False)])
+def test_execute_complete_timeout_raises_job_timeout_and_follows_delete_on_timeout(
+    delete_on_timeout: bool, deleted: bool
+) -> None:
+    queued = make_job("train-abc", uid="uid-1", status=queued_status())
+    hook = FakeTrainingJobHook()
+    hook.add_job(queued)
+    event = trigger_event(queued, startup_deadline=0.0)
+
+    with pytest.raises(JobTimeoutError, match="did not start within startup_timeout"):
+        make_operator(hook, job_name="train-abc", delete_on_timeout=delete_on_timeout).execute_complete(
+            make_context(), event, job_uid="uid-1"
+        )
+
+    assert event["status"] == "timeout"
+    assert (hook.job("train-abc") is None) == deleted
+    if deleted:
+        assert hook.called("delete_job")[0][1] == {"uid": "uid-1"}
+
+
+def test_execute_complete_error_on_the_last_try_deletes_the_running_job() -> None:
+    running = make_job("train-abc", uid="uid-1", status=running_status())
+    hook = FakeTrainingJobHook()
+    hook.add_job(running)
+    event = make_outcome(JobRef("PyTorchJob", "train-abc", "default", "uid-1"), ERROR, "lost contact", running)
+
+    with pytest.raises(TrainingJobError) as raised:
+        make_operator(hook, job_name="train-abc", retries=0).execute_complete(make_context(), event, job_uid="uid-1")
+
+    assert type(raised.value) is TrainingJobError
+    assert "was deleted: this was the task's last try" in str(raised.value)
+    assert hook.job("train-abc") is None
+
+
+def test_execute_complete_error_before_the_last_try_keeps_the_job_for_the_retry() -> None:
+    running = make_job("train-abc", uid="uid-1", status=running_status())
+    hook = FakeTrainingJobHook()
+    hook.add_job(running)
+    event = make_outcome(JobRef("PyTorchJob", "train-abc", "default", "uid-1"), ERROR, "lost contact", running)
+
+    with pytest.raises(TrainingJobError):
+        make_operator(hook, job_name="train-abc", retries=2).execute_complete(
+            make_context(FakeTI(try_number=1)), event, job_uid="uid-1"
+        )
+
+    assert hook.job("train-abc") is not None
+    assert hook.called("delete_job") == []
+
+
+def test_execute_complete_never_deletes_a_job_recreated_by_someone_else() -> None:
+    """The trigger's event carries the replacement; the task deletes only the job it submitted."""
+    replacement = make_job("train-abc", uid="uid-2", status=running_status())
+    hook = FakeTrainingJobHook()
+    hook.add_job(replacement)
+    event = trigger_event(replacement, uid="uid-1")
+    assert event["status"] == "error"
+
+    with pytest.raises(TrainingJobError) as raised:
+        make_operator(hook, job_name="train-abc", retries=0).execute_complete(make_context(), event, job_uid="uid-1")
+
+    assert "recreated outside this task" in str(raised.value)
+    assert "last try" not in str(raised.value)
+    assert hook.job("train-abc") is not None
+    assert all(kwargs["uid"] == "uid-1" for _, kwargs in hook.called("delete_job"))
+
+
+def test_execute_complete_of_a_job_that_vanished() -> None:
+    hook = FakeTrainingJobHook()
+    event = trigger_event(None)
+
+    with pytest.raises(TrainingJobError, match="no longer exists"):
+        make_operator(hook, job_name="train-abc").execute_complete(make_context(), event, job_uid="uid-1")
+
+
+@pytest.mark.parametrize(("delete_on_timeout", "deleted"), [(True, True), (False, False)])
+def test_a_deferral_timed_out_by_the_scheduler_deletes_the_job(delete_on_timeout: bool, deleted: bool) -> None:
+    hook = FakeTrainingJobHook()
+    hook.add_job(make_job("train-abc", uid="uid-1", status=running_status()))
+    ti = FakeTI()
+    ti.xcoms.update(job_name="train-abc", job_namespace="default")
+
+    with pytest.raises(TaskDeferralTimeout):
+        make_operator(hook, delete_on_timeout=delete_on_timeout).resume_execution(
+            TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, make_context(ti)
+        )
+
+    assert (hook.job("train-abc") is None) == deleted
+
+
+# -- reattachment ----------------------------------------------------------------------------------------------
+
+
+def test_reattaches_to_the_job_in_the_task_state_store() -> None:
+    hook = FakeTrainingJobHook()
+    hook.add_job(make_job("train-old", uid="uid-7", status=running_status()), [running_status(), succeeded_status()])
+    store = FakeStateStore(
+        {STATE_STORE_KEY: {"kind": "PyTorchJob", "name": "train-old", "namespace": "default", "uid": "uid-7"}}
+    )
+    ti = FakeTI(try_number=2)
+
+    result = make_operator(hook).execute(make_context(ti, store))
+
+    assert result["name"] == "train-old"
+    assert result["uid"] == "uid-7"
+    assert result["state"] == "succeeded"
+    assert hook.called("create_job") == []
+    assert ti.xcoms == {"job_name": "train-old", "job_namespace": "default"}
+
+
+def test_the_state_store_entry_of_a_replaced_job_is_not_followed() -> None:
+    hook = progressing(succeeded_status())
+    hook.add_job(make_job("train-old", uid="uid-other", status=running_status()))
+    store = FakeStateStore(
+        {STATE_STORE_KEY: {"kind": "PyTorchJob", "name": "train-old", "namespace": "default", "uid": "uid-7"}}
+    )
+
+    result = make_operator(hook).execute(make_context(FakeTI(try_number=2), store))
+
+    assert result["name"] != "train-old"
+    assert len(hook.called("create_job")) == 1
+
+
+def test_reattaches_to_a_running_job_of_an_earlier_try_found_by_label() -> None:
+    ti = FakeTI(try_number=2)
+    hook = FakeTrainingJobHook()
+    hook.add_job(
+        make_job("train-old", uid="uid-7", status=running_status(), labels=our_labels(ti, try_number=1)),
+        [running_status(), succeeded_status()],
+    )
+
+    result = make_operator(hook).execute(make_context(ti))
+
+    assert result["name"] == "train-old"
+    assert hook.called("create_job") == []
+
+
+def test_reattaches_to_the_newest_of_several_running_jobs() -> None:
+    ti = FakeTI(try_number=3)
+    hook = FakeTrainingJobHook()
+    for name, created in (("train-newer", "2024-05-01T12:00:00Z"), ("train-older", "2024-05-01T11:00:00Z")):
+        hook.add_job(make_job(name, uid=name, status=running_status(), labels=our_labels(ti), created=created))
+    hook.steps[("default", "train-newer")] = [succeeded_status()]
+
+    assert make_operator(hook).execute(make_context(ti))["name"] == "train-newer"
+
+
+def test_a_finished_job_of_an_earlier_try_is_not_reattached() -> None:
+    ti = FakeTI(try_number=2)
+    hook = progressing(succeeded_status())
+    hook.add_job(make_job("train-old", uid="uid-7", status=failed_status(), labels=our_labels(ti, try_number=1)))
+
+    result = make_operator(hook).execute(make_context(ti))
+
+    assert result["name"] != "train-old"
+    assert len(hook.called("create_job")) == 1
+    assert hook.job("train-old") is not None  # left for the user to inspect
+
+
+def test_a_job_of_another_task_instance_is_not_reattached() -> None:
+    ti = FakeTI()
+    other = FakeTI(run_id="manual__another-run")
+    hook = progressing(succeeded_status())
+    hook.add_job(make_job("train-old", status=running_status(), labels=our_labels(other)))
+
+    make_operator(hook).execute(make_context(ti))
+
+    assert len(hook.called("create_job")) == 1
+
+
+def test_explicit_name_that_does_not_exist_is_created() -> None:
+    hook = progressing(succeeded_status())
+
+    assert make_operator(hook, job_name="my-job", if_exists="fail").execute(make_context())["name"] == "my-job"
+
+
+@pytest.mark.parametrize("status", [running_status(), succeeded_status()], ids=["running", "finished"])
+def test_explicit_name_with_if_exists_fail(status: dict[str, Any]) -> None:
+    hook = FakeTrainingJobHook()
+    hook.add_job(make_job("my-job", status=status))
+
+    with pytest.raises(JobAlreadyExistsError, match="if_exists='fail'"):
+        make_operator(hook, job_name="my-job", if_exists="fail").execute(make_context())
+
+    assert hook.called("create_job") == []
+    assert hook.called("delete_job") == []
+
+
+def test_explicit_name_with_if_exists_replace_deletes_then_creates() -> None:
+    hook = progressing(succeeded_status())
+    hook.add_job(make_job("my-job", uid="uid-old", status=running_status()))
+
+    result = make_operator(hook, job_name="my-job", if_exists="replace").execute(make_context())
+
+    assert hook.called("delete_job")[0] == (("PyTorchJob", "my-job", "default"), {"uid": "uid-old"})
+    assert result["name"] == "my-job"
+    assert result["uid"] == "uid-created-1"
+    assert hook.api_calls().index("delete_job") < hook.api_calls().index("create_job")
+
+
+def test_explicit_name_with_if_exists_reattach_follows_a_running_job() -> None:
+    hook = FakeTrainingJobHook()
+    hook.add_job(make_job("my-job", uid="uid-old", status=running_status()), [running_status(), succeeded_status()])
+
+    result = make_operator(hook, job_name="my-job", if_exists="reattach").execute(make_context())
+
+    assert result["uid"] == "uid-old"
+    assert hook.called("create_job") == []
+
+
+def test_explicit_name_with_if_exists_reattach_replaces_a_finished_job() -> None:
+    hook = progressing(succeeded_status())
+    hook.add_job(make_job("my-job", uid="uid-old", status=failed_status()))
+
+    result = make_operator(hook, job_name="my-job", if_exists="reattach").execute(make_context())
+
+    assert result["uid"] == "uid-created-1"
+    assert hook.called("delete_job")[0][1] == {"uid": "uid-old"}
+
+
+def test_a_create_conflict_on_our_own_job_is_a_lost_reply() -> None:
+    hook = progressing(running_status(), succeeded_status())
+    hook.conflict_after_store = True
+    store = FakeStateStore()
+
+    result = make_operator(hook).execute(make_context(store=store))
+
+    assert result["state"] == "succeeded"
+    assert len(hook.called("create_job")) == 1
+    assert store.values[STATE_STORE_KEY]["uid"] == result["uid"]
+
+
+def test_a_create_conflict_on_someone_elses_job_fails() -> None:
+    hook = FakeTrainingJobHook()
+    hook.before_create = lambda manifest: hook.add_job(
+        make_job(manifest["metadata"]["name"], uid="uid-theirs", status=running_status())
+    )
+
+    with pytest.raises(JobAlreadyExistsError):
+        make_operator(hook).execute(make_context())
+
+    assert hook.only_job()["metadata"]["uid"] == "uid-theirs"
+    assert hook.called("delete_job") == []
+
+
+# -- validation ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"image": None}, "spec.pytorchReplicaSpecs.Master.template.spec.containers[pytorch].image"),
+        ({"job_name": "Not_A_DNS_Name"}, "metadata.name"),
+        ({"job_manifest": "apiVersion: kubeflow.org/v2\nkind: PyTorchJob\n"}, "apiVersion"),
+        ({"job_manifest": "spec: [unclosed"}, "job_manifest"),
+        ({"job_manifest": "/no/such/manifest.yaml"}, "job_manifest"),
+        ({"restart_policy": "Sometimes"}, "spec.pytorchReplicaSpecs.Master.restartPolicy"),
+        ({"clean_pod_policy": "Some"}, "spec.runPolicy.cleanPodPolicy"),
+    ],
+)
+def test_an_invalid_job_is_rejected_before_any_api_call(kwargs: dict[str, Any], field: str) -> None:
+    hook = FakeTrainingJobHook()
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        make_operator(hook, **kwargs).execute(make_context())
+
+    assert raised.value.field == field
+    assert str(raised.value).startswith(f"{field}: ")
+    assert hook.calls == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"if_exists": "x"}, "if_exists"),
+        ({"delete_on_finish": "x"}, "delete_on_finish"),
+        ({"num_workers": 0}, "num_workers"),
+        ({"num_workers": True}, "num_workers"),
+        ({"num_workers": 1.5}, "num_workers"),
+        ({"gpus_per_replica": -1}, "gpus_per_replica"),
+        ({"log_replicas": "bogus"}, "log_replicas"),
+        ({"log_replicas": ["master-0", 3]}, "log_replicas"),
+        ({"poll_interval": 0}, "poll_interval"),
+        ({"startup_timeout": -5}, "startup_timeout"),
+        ({"kind": "SparkJob"}, "kind"),
+    ],
+)
+def test_invalid_parameters_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], parameter: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{parameter}: "):
+        TrainingJobOperator(task_id="train", image="trainer:1", **kwargs)
+
+
+def test_dry_run_asks_the_api_server_and_creates_nothing() -> None:
+    hook = FakeTrainingJobHook()
+    ti = FakeTI()
+
+    result = make_operator(hook, dry_run=True).execute(make_context(ti))
+
+    [(args, kwargs)] = hook.called("create_job")
+    assert kwargs == {"dry_run": True}
+    assert hook.jobs == {}
+    assert hook.api_calls() == ["create_job"]
+    assert result["name"] == args[1]["metadata"]["name"]
+    assert result["state"] == "queued"
+    assert ti.pushed == []
+
+
+def test_templating_covers_the_manifest_and_its_files() -> None:
+    assert {"job_manifest", "job_name", "namespace", "image", "command", "args", "env"} <= set(
+        TrainingJobOperator.template_fields
+    )
+    assert set(TrainingJobOperator.template_ext) == {".yaml", ".yml", ".json"}
+
+
+def test_deferrable_defaults_to_airflows_default_deferrable() -> None:
+    """The default is read from the config when the module is imported, hence the fresh interpreter."""
+    assert TrainingJobOperator(task_id="t", image="i").deferrable is False
+
+    script = textwrap.dedent(
+        """
+        from airflow_provider_disttrain import (
+            MPIJobOperator, PyTorchJobOperator, TrainingJobOperator, TrainingJobSensor,
+        )
+        print(
+            TrainingJobOperator(task_id="a", image="i").deferrable,
+            PyTorchJobOperator(task_id="b", image="i").deferrable,
+            MPIJobOperator(task_id="c", image="i").deferrable,
+            TrainingJobSensor(task_id="d", job_name="j").deferrable,
+            PyTorchJobOperator(task_id="e", image="i", deferrable=False).deferrable,
+        )
+        """
+    )
+    env = {**os.environ, "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "true"}
+    completed = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.strip().splitlines()[-1] == "True True True True False"

@@ -1,0 +1,167 @@
+"""``TrainingJobSensor`` over the in-memory hook: poke, the poke loop, deferral and its ending."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from airflow.sdk import PokeReturnValue
+from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
+
+from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
+from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, make_outcome
+from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
+from airflow_provider_disttrain.status import job_result
+from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+from tests.unit.fakes import (
+    FAILED_REASON,
+    OOM_KILLED,
+    FakeTrainingJobHook,
+    failed_status,
+    make_context,
+    make_job,
+    make_pod,
+    queued_status,
+    running_status,
+    succeeded_status,
+    with_hook,
+)
+
+
+def make_sensor(hook: FakeTrainingJobHook, **kwargs: Any) -> TrainingJobSensor:
+    arguments: dict[str, Any] = {"task_id": "wait", "job_name": "train-abc", "poke_interval": 0.01}
+    arguments.update(kwargs)
+    return with_hook(TrainingJobSensor(**arguments), hook)
+
+
+def hook_with(
+    status: dict[str, Any], progression: tuple[dict[str, Any], ...] = (), **kwargs: Any
+) -> FakeTrainingJobHook:
+    hook = FakeTrainingJobHook(**kwargs)
+    hook.add_job(make_job("train-abc", hook.namespace, status=status), progression)
+    return hook
+
+
+@pytest.mark.parametrize("status", [queued_status(), running_status()], ids=["queued", "running"])
+def test_poke_is_false_while_the_job_runs(status: dict[str, Any]) -> None:
+    hook = hook_with(status)
+
+    assert make_sensor(hook).poke(make_context()) is False
+    assert hook.api_calls() == ["get_job"]
+
+
+def test_poke_returns_the_summary_when_the_job_succeeded() -> None:
+    hook = hook_with(succeeded_status())
+
+    returned = make_sensor(hook).poke(make_context())
+
+    assert isinstance(returned, PokeReturnValue)
+    assert returned.is_done is True
+    assert returned.xcom_value == job_result(hook.job("train-abc"), "PyTorchJob")
+    assert returned.xcom_value["state"] == "succeeded"
+
+
+def test_poke_fails_with_the_reason_when_the_job_failed() -> None:
+    hook = hook_with(failed_status())
+    hook.pods["train-abc"] = [make_pod("train-abc", "master", 0, phase="Failed", terminated=OOM_KILLED)]
+
+    with pytest.raises(JobFailedError) as raised:
+        make_sensor(hook).poke(make_context())
+
+    assert FAILED_REASON in str(raised.value)
+    assert "OOMKilled" in str(raised.value)
+
+
+def test_poke_fails_when_the_job_does_not_exist() -> None:
+    with pytest.raises(TrainingJobError, match="no longer exists"):
+        make_sensor(FakeTrainingJobHook()).poke(make_context())
+
+
+def test_the_poke_loop_returns_the_summary() -> None:
+    hook = hook_with(queued_status(), (running_status(), running_status(), succeeded_status()), namespace="ml")
+
+    result = make_sensor(hook, kind="PyTorchJob").execute(make_context())
+
+    assert result["state"] == "succeeded"
+    assert result["namespace"] == "ml"  # the connection's namespace
+    assert hook.api_calls() == ["get_job"] * 3
+
+
+def test_the_sensor_reads_the_namespace_it_is_given() -> None:
+    hook = FakeTrainingJobHook(namespace="ml")
+    hook.add_job(make_job("mpi", "team-a", kind="MPIJob", status=succeeded_status()))
+
+    make_sensor(hook, job_name="mpi", kind="mpijob", namespace="team-a").poke(make_context())
+
+    assert hook.called("get_job")[0][0] == ("MPIJob", "mpi", "team-a")
+
+
+def test_deferrable_defers_to_a_trigger_that_never_deletes_the_job() -> None:
+    connection_args = {
+        "kubernetes_conn_id": "k8s",
+        "cluster_context": None,
+        "config_dict": {"kind": "Config"},
+        "connection_extras": {},
+    }
+    hook = hook_with(running_status(), connection_args=connection_args)
+    sensor = make_sensor(hook, deferrable=True, timeout=timedelta(hours=1), poke_interval=30)
+
+    before = time.time()
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(make_context())
+
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, TrainingJobTrigger)
+    assert (trigger.kind, trigger.name, trigger.namespace, trigger.uid) == ("PyTorchJob", "train-abc", "default", None)
+    assert trigger.delete_on_kill is False  # the sensor does not own the job
+    assert before + 3600 <= trigger.execution_deadline <= time.time() + 3600
+    assert trigger.startup_deadline is None
+    assert trigger.poll_interval == 30.0
+    assert (trigger.kubernetes_conn_id, trigger.config_dict) == ("k8s", {"kind": "Config"})
+    assert deferred.value.method_name == "execute_complete"
+
+
+def test_deferrable_returns_at_once_for_a_finished_job() -> None:
+    hook = hook_with(succeeded_status())
+
+    result = make_sensor(hook, deferrable=True).execute(make_context())
+
+    assert result["state"] == "succeeded"
+
+
+def event_for(status: str, job: dict[str, Any] | None) -> dict[str, Any]:
+    return make_outcome(
+        JobRef("PyTorchJob", "train-abc", "default"), status, f"PyTorchJob default/train-abc {status}", job
+    )
+
+
+def test_execute_complete_success_returns_the_summary() -> None:
+    job = make_job("train-abc", status=succeeded_status())
+    hook = hook_with(succeeded_status())
+
+    assert make_sensor(hook).execute_complete(make_context(), event_for(SUCCESS, job)) == job_result(job, "PyTorchJob")
+    assert hook.calls == []
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(FAILED, JobFailedError), (TIMEOUT, AirflowSensorTimeout), (ERROR, TrainingJobError)],
+)
+def test_execute_complete_other_endings_raise(status: str, error: type[Exception]) -> None:
+    job = make_job("train-abc", status=failed_status() if status == FAILED else running_status())
+    hook = hook_with(job["status"])
+
+    with pytest.raises(error, match=f"PyTorchJob default/train-abc {status}") as raised:
+        make_sensor(hook).execute_complete(make_context(), event_for(status, job))
+
+    if status == FAILED:
+        assert FAILED_REASON in str(raised.value)
+    assert hook.called("delete_job") == []  # never the sensor's to delete
+
+
+def test_job_name_is_required() -> None:
+    with pytest.raises(ValueError, match=r"^job_name: is required"):
+        TrainingJobSensor(task_id="wait", job_name="")
+    assert "job_name" in TrainingJobSensor.template_fields
