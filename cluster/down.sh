@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Stops exactly the processes that cluster/up.sh started (pid files in
+# $DEVCLUSTER_DIR/pids/) and waits until they have exited: first the
+# controllers, operators and kwok (together), then kube-apiserver, then etcd.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+stopped=0
+# stop_group NAME... : SIGTERM to each, wait up to 15 s, then SIGKILL
+stop_group() {
+  local name pid pids=() names=()
+  for name in "$@"; do
+    if pid="$(running_pid "$name")"; then
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid"); names+=("$name")
+    fi
+  done
+  local i deadline=$((SECONDS + 15))
+  for i in "${!pids[@]}"; do
+    pid="${pids[$i]}"
+    while [ -d "/proc/$pid" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    if [ -d "/proc/$pid" ]; then
+      log "${names[$i]} (pid $pid) did not exit after SIGTERM; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      while [ -d "/proc/$pid" ]; do sleep 0.1; done
+    fi
+    log "stopped ${names[$i]} (pid $pid)"
+    stopped=$((stopped + 1))
+  done
+  for name in "$@"; do rm -f "$PID_DIR/$name.pid"; done
+}
+
+stop_group mpi-operator training-operator kwok kube-scheduler kube-controller-manager
+stop_group kube-apiserver
+stop_group etcd
+log "cluster down ($stopped process(es) stopped)"

@@ -1,0 +1,81 @@
+# Common settings for the cluster/*.sh scripts. Sourced, not executed.
+# shellcheck shell=bash
+
+CLUSTER_SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$CLUSTER_SRC_DIR/.." && pwd)"
+
+# shellcheck source=versions.env
+source "$CLUSTER_SRC_DIR/versions.env"
+
+DISTTRAIN_CACHE="${DISTTRAIN_CACHE:-$HOME/.cache/airflow-provider-disttrain}"
+BIN_CACHE="$DISTTRAIN_CACHE/bin"
+DEVCLUSTER_DIR="${DEVCLUSTER_DIR:-$REPO_ROOT/.devcluster}"
+mkdir -p "$DEVCLUSTER_DIR" 2>/dev/null || true
+DEVCLUSTER_DIR="$(cd "$DEVCLUSTER_DIR" && pwd)"
+PID_DIR="$DEVCLUSTER_DIR/pids"
+LOG_DIR="$DEVCLUSTER_DIR/logs"
+PKI_DIR="$DEVCLUSTER_DIR/pki"
+KUBECONFIG_FILE="$DEVCLUSTER_DIR/kubeconfig"
+
+# Loopback ports; each may be overridden from the environment.
+DEVCLUSTER_APISERVER_PORT="${DEVCLUSTER_APISERVER_PORT:-6443}"
+DEVCLUSTER_ETCD_PORT="${DEVCLUSTER_ETCD_PORT:-12379}"
+DEVCLUSTER_ETCD_PEER_PORT="${DEVCLUSTER_ETCD_PEER_PORT:-12380}"
+DEVCLUSTER_CONTROLLER_MANAGER_PORT="${DEVCLUSTER_CONTROLLER_MANAGER_PORT:-10257}"
+DEVCLUSTER_SCHEDULER_PORT="${DEVCLUSTER_SCHEDULER_PORT:-10259}"
+DEVCLUSTER_KUBELET_PORT="${DEVCLUSTER_KUBELET_PORT:-10250}"    # kwok's fake kubelet API (pod logs, healthz)
+DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT="${DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT:-18080}"
+DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT="${DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT:-18081}"
+DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT="${DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT:-19443}"
+# mpi-operator's health server always listens on :8080 (not configurable).
+MPI_OPERATOR_HEALTH_PORT=8080
+
+# component name -> version
+component_version() {
+  case "$1" in
+    etcd) echo "$ETCD_VERSION" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo "$KUBERNETES_VERSION" ;;
+    kwok) echo "$KWOK_VERSION" ;;
+    training-operator) echo "$TRAINING_OPERATOR_VERSION" ;;
+    mpi-operator) echo "$MPI_OPERATOR_VERSION" ;;
+    *) echo "unknown component $1" >&2; return 1 ;;
+  esac
+}
+
+component_bin() { echo "$BIN_CACHE/$1-$(component_version "$1")"; }
+
+ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok training-operator mpi-operator)
+
+# Source dir of a Go module version in the module cache (downloads it if needed).
+module_dir() { (cd / && GOFLAGS= go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'); }
+
+log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*"; }
+die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Processes started by up.sh, in start order (down.sh stops them in reverse).
+PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok training-operator mpi-operator)
+
+kc() { "$(component_bin kubectl)" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+# Prints the pid of a running process that up.sh started, or fails.
+running_pid() {
+  local name="$1" pidfile="$PID_DIR/$1.pid" pid argv0
+  [ -f "$pidfile" ] || return 1
+  pid="$(cat "$pidfile")"
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" | head -n1)"
+  [ "$argv0" = "$(component_bin "$name")" ] || return 1
+  echo "$pid"
+}
+
+# port_in_use PORT: true if something listens on PORT (any address, via ss),
+# or accepts TCP connections on 127.0.0.1:PORT
+port_in_use() {
+  if command -v ss >/dev/null && [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; then return 0; fi
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+apiserver_ready() {
+  curl -sf --max-time 3 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" \
+    "https://127.0.0.1:$DEVCLUSTER_APISERVER_PORT/readyz" >/dev/null 2>&1
+}

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Starts the local test cluster (see cluster/README.md): builds missing
+# binaries, then runs etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok, training-operator and mpi-operator as local processes
+# on 127.0.0.1 and waits until nodes are Ready and both operators serve.
+# Idempotent: if the cluster is already up and healthy it says so and exits 0.
+# State: $DEVCLUSTER_DIR (default <repo>/.devcluster): kubeconfig, pids/, logs/, pki/.
+# etcd data is wiped on every fresh start (DEVCLUSTER_KEEP_DATA=1 keeps it).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+T0=$SECONDS
+STARTUP_TIMEOUT="${DEVCLUSTER_STARTUP_TIMEOUT:-90}"
+
+# ---------------------------------------------------------------- already up?
+alive=()
+for p in "${PROCESSES[@]}"; do
+  if running_pid "$p" >/dev/null; then alive+=("$p"); fi
+done
+if [ ${#alive[@]} -eq ${#PROCESSES[@]} ] && apiserver_ready \
+   && [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 2 ] \
+   && curl -sf --max-time 2 "http://127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT/readyz" >/dev/null \
+   && curl -sf --max-time 2 "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz" >/dev/null; then
+  log "cluster already up and healthy (KUBECONFIG=$KUBECONFIG_FILE)"
+  exit 0
+fi
+if [ ${#alive[@]} -gt 0 ]; then
+  log "cluster partly running (${alive[*]}); stopping it first"
+  "$CLUSTER_SRC_DIR/down.sh"
+fi
+
+# --------------------------------------------------------------------- build
+missing=()
+for c in "${ALL_COMPONENTS[@]}"; do [ -x "$(component_bin "$c")" ] || missing+=("$c"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "building missing binaries: ${missing[*]}"
+  "$CLUSTER_SRC_DIR/build.sh" "${missing[@]}"
+  T0=$SECONDS
+fi
+
+# --------------------------------------------------------------------- ports
+busy=()
+for port in "$DEVCLUSTER_ETCD_PORT" "$DEVCLUSTER_ETCD_PEER_PORT" "$DEVCLUSTER_APISERVER_PORT" \
+            "$DEVCLUSTER_CONTROLLER_MANAGER_PORT" "$DEVCLUSTER_SCHEDULER_PORT" "$DEVCLUSTER_KUBELET_PORT" \
+            "$DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT" "$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT" \
+            "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" "$MPI_OPERATOR_HEALTH_PORT"; do
+  if port_in_use "$port"; then busy+=("$port"); fi
+done
+if [ ${#busy[@]} -gt 0 ]; then
+  die "port(s) already in use: ${busy[*]} (override with DEVCLUSTER_*_PORT, see cluster/lib.sh; mpi-operator's 8080 is fixed)"
+fi
+
+mkdir -p "$PID_DIR" "$LOG_DIR"
+"$CLUSTER_SRC_DIR/pki.sh"
+
+# ----------------------------------------------------------------- helpers
+fail_component() {
+  local name="$1" msg="$2"
+  echo "ERROR: $msg" >&2
+  echo "---- last 40 lines of $LOG_DIR/$name.log ----" >&2
+  tail -n 40 "$LOG_DIR/$name.log" >&2 || true
+  echo "---- (cluster left as is; run 'make cluster-down' to stop it) ----" >&2
+  exit 1
+}
+
+# start NAME ARGS... : runs the component's binary in its own session
+start() {
+  local name="$1"; shift
+  local bin; bin="$(component_bin "$name")"
+  : >"$LOG_DIR/$name.log"
+  setsid "$bin" "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+  echo $! >"$PID_DIR/$name.pid"
+}
+
+# wait_for NAME DESCRIPTION COMMAND... : polls COMMAND until it succeeds;
+# fails if process NAME exits or the startup timeout passes.
+wait_for() {
+  local name="$1" desc="$2"; shift 2
+  while ! "$@" >/dev/null 2>&1; do
+    running_pid "$name" >/dev/null || fail_component "$name" "$name exited while waiting for: $desc"
+    [ $((SECONDS - T0)) -lt "$STARTUP_TIMEOUT" ] || fail_component "$name" "timed out waiting for: $desc"
+    sleep 0.3
+  done
+}
+
+log_has() { grep -q "$2" "$LOG_DIR/$1.log"; }
+http_ok() { curl -sf --max-time 2 "$1" >/dev/null; }
+https_ok() { curl -skf --max-time 2 "$1" >/dev/null; }
+
+# ----------------------------------------------------------------------- etcd
+if [ "${DEVCLUSTER_KEEP_DATA:-0}" != 1 ]; then rm -rf "$DEVCLUSTER_DIR/etcd"; fi
+log "starting etcd $ETCD_VERSION on 127.0.0.1:$DEVCLUSTER_ETCD_PORT"
+start etcd \
+  --name devcluster --data-dir "$DEVCLUSTER_DIR/etcd" \
+  --listen-client-urls "http://127.0.0.1:$DEVCLUSTER_ETCD_PORT" \
+  --advertise-client-urls "http://127.0.0.1:$DEVCLUSTER_ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$DEVCLUSTER_ETCD_PEER_PORT" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$DEVCLUSTER_ETCD_PEER_PORT" \
+  --initial-cluster "devcluster=http://127.0.0.1:$DEVCLUSTER_ETCD_PEER_PORT" \
+  --unsafe-no-fsync --quota-backend-bytes 2147483648 --log-level warn
+wait_for etcd "etcd /health" http_ok "http://127.0.0.1:$DEVCLUSTER_ETCD_PORT/health"
+
+# ------------------------------------------------------------- kube-apiserver
+log "starting kube-apiserver $KUBERNETES_VERSION on https://127.0.0.1:$DEVCLUSTER_APISERVER_PORT"
+start kube-apiserver \
+  --etcd-servers "http://127.0.0.1:$DEVCLUSTER_ETCD_PORT" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$DEVCLUSTER_APISERVER_PORT" \
+  --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
+  --client-ca-file "$PKI_DIR/ca.crt" \
+  --authorization-mode Node,RBAC \
+  --service-account-key-file "$PKI_DIR/sa.pub" \
+  --service-account-signing-key-file "$PKI_DIR/sa.key" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-cluster-ip-range 10.96.0.0/16 \
+  --endpoint-reconciler-type none \
+  --kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt" \
+  --kubelet-client-key "$PKI_DIR/apiserver-kubelet-client.key" \
+  --kubelet-preferred-address-types InternalIP,Hostname \
+  --requestheader-client-ca-file "$PKI_DIR/front-proxy-ca.crt" \
+  --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User \
+  --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$PKI_DIR/front-proxy-client.crt" \
+  --proxy-client-key-file "$PKI_DIR/front-proxy-client.key" \
+  --allow-privileged=true \
+  --profiling=false \
+  --v=1
+wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready
+
+# ------------------------------------------------ controller-manager, scheduler
+log "starting kube-controller-manager and kube-scheduler"
+start kube-controller-manager \
+  --kubeconfig "$PKI_DIR/kube-controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$PKI_DIR/kube-controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$PKI_DIR/kube-controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$DEVCLUSTER_CONTROLLER_MANAGER_PORT" \
+  --service-account-private-key-file "$PKI_DIR/sa.key" \
+  --root-ca-file "$PKI_DIR/ca.crt" \
+  --cluster-signing-cert-file "$PKI_DIR/ca.crt" --cluster-signing-key-file "$PKI_DIR/ca.key" \
+  --use-service-account-credentials=true \
+  --leader-elect=false \
+  --controllers '*' \
+  --profiling=false \
+  --v=1
+start kube-scheduler \
+  --kubeconfig "$PKI_DIR/kube-scheduler.kubeconfig" \
+  --authentication-kubeconfig "$PKI_DIR/kube-scheduler.kubeconfig" \
+  --authorization-kubeconfig "$PKI_DIR/kube-scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$DEVCLUSTER_SCHEDULER_PORT" \
+  --leader-elect=false \
+  --profiling=false \
+  --v=1
+
+# ----------------------------------------------------------------------- kwok
+KWOK_CONF="$DEVCLUSTER_DIR/kwok.yaml"
+{
+  for f in node-initialize node-heartbeat pod-ready pod-complete pod-delete; do
+    cat "$CLUSTER_SRC_DIR/kwok/$f.yaml"; echo "---"
+  done
+  cat <<EOF
+# Every container of every pod "prints" the same lines (kwok serves logs from files).
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: disttrain-pod-logs
+spec:
+  logs:
+  - logsFile: $CLUSTER_SRC_DIR/kwok/pod.log
+    previousLogsFile: $CLUSTER_SRC_DIR/kwok/pod.log
+EOF
+} >"$KWOK_CONF"
+log "starting kwok $KWOK_VERSION (fake kubelet on 127.0.0.1:$DEVCLUSTER_KUBELET_PORT)"
+start kwok \
+  --kubeconfig "$PKI_DIR/kwok.kubeconfig" \
+  --config "$KWOK_CONF" \
+  --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+  --node-ip 127.0.0.1 --node-port "$DEVCLUSTER_KUBELET_PORT" \
+  --node-lease-duration-seconds 40 \
+  --server-address "127.0.0.1:$DEVCLUSTER_KUBELET_PORT" \
+  --tls-cert-file "$PKI_DIR/kwok-kubelet.crt" --tls-private-key-file "$PKI_DIR/kwok-kubelet.key"
+
+# -------------------------------------------- namespaces, CRDs, secret, nodes
+TO_DIR="$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")"
+MPI_DIR="$(module_dir github.com/kubeflow/mpi-operator "$MPI_OPERATOR_VERSION")"
+[ -d "$TO_DIR/manifests/base/crds" ] || die "training-operator CRDs not found (module dir: '$TO_DIR')"
+[ -f "$MPI_DIR/manifests/base/kubeflow.org_mpijobs.yaml" ] || die "mpi-operator CRD not found (module dir: '$MPI_DIR')"
+crd_args=()
+for f in "$TO_DIR"/manifests/base/crds/kubeflow.org_*.yaml; do
+  # training-operator's MPIJob v1 CRD has the same name as mpi-operator's v2beta1 one.
+  [ "$(basename "$f")" = kubeflow.org_mpijobs.yaml ] || crd_args+=(-f "$f")
+done
+crd_args+=(-f "$MPI_DIR/manifests/base/kubeflow.org_mpijobs.yaml")
+log "applying CRDs, namespaces, nodes"
+kc apply --server-side --force-conflicts "${crd_args[@]}" >"$LOG_DIR/apply.log" 2>&1 \
+  || { cat "$LOG_DIR/apply.log" >&2; die "applying CRDs failed"; }
+W="$PKI_DIR/training-operator-webhook"
+{
+  printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kubeflow\n---\n'
+  printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: mpi-operator\n---\n'
+  # Secret of training-operator's cert rotator, pre-filled with a valid cert.
+  printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: training-operator-webhook-cert\n  namespace: kubeflow\ndata:\n'
+  for k in ca.crt ca.key tls.crt tls.key; do printf '  %s: %s\n' "$k" "$(base64 -w0 <"$W/$k")"; done
+  echo '---'
+  cat "$CLUSTER_SRC_DIR/kwok/nodes.yaml"
+} | kc apply -f - >>"$LOG_DIR/apply.log" 2>&1 || { cat "$LOG_DIR/apply.log" >&2; die "applying namespaces/secret/nodes failed"; }
+# The rotator waits for the certificate at this fixed path (not configurable).
+TO_CERT_DIR=/tmp/k8s-webhook-server/serving-certs
+mkdir -p "$TO_CERT_DIR"
+cp "$W/ca.crt" "$W/tls.crt" "$W/tls.key" "$TO_CERT_DIR/"
+kc wait --for condition=established --timeout=60s crd --all >>"$LOG_DIR/apply.log"
+
+# ------------------------------------------------------------------ operators
+log "starting training-operator $TRAINING_OPERATOR_VERSION and mpi-operator $MPI_OPERATOR_VERSION"
+MY_POD_NAMESPACE=kubeflow KUBECONFIG="$PKI_DIR/training-operator.kubeconfig" start training-operator \
+  --kubeconfig "$PKI_DIR/training-operator.kubeconfig" \
+  --metrics-bind-address "127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT" \
+  --health-probe-bind-address "127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT" \
+  --webhook-server-port "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" \
+  --enable-scheme pytorchjob --enable-scheme tfjob --enable-scheme xgboostjob \
+  --enable-scheme paddlejob --enable-scheme jaxjob \
+  --leader-elect=false
+KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" start mpi-operator \
+  --kubeConfig "$PKI_DIR/mpi-operator.kubeconfig" \
+  --lock-namespace mpi-operator \
+  --monitoring-port 0 \
+  --threadiness 2
+
+# ----------------------------------------------------------------------- wait
+nodes_ready() { [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 2 ]; }
+default_sa() { kc -n default get serviceaccount default; }
+wait_for kube-controller-manager "kube-controller-manager /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_CONTROLLER_MANAGER_PORT/healthz"
+wait_for kube-scheduler "kube-scheduler /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_SCHEDULER_PORT/healthz"
+wait_for kwok "kwok /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_KUBELET_PORT/healthz"
+wait_for kwok "2 nodes Ready" nodes_ready
+wait_for kube-controller-manager "ServiceAccount default/default" default_sa
+wait_for training-operator "training-operator /readyz" http_ok "http://127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT/readyz"
+wait_for training-operator "training-operator pytorchjob controller workers" log_has training-operator 'Starting workers.*pytorchjob'
+wait_for mpi-operator "mpi-operator workers started" log_has mpi-operator 'Started workers'
+wait_for mpi-operator "mpi-operator /healthz" http_ok "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"
+
+for p in "${PROCESSES[@]}"; do
+  running_pid "$p" >/dev/null || fail_component "$p" "$p exited during startup"
+done
+
+mkdir -p "$DEVCLUSTER_DIR/bin"
+ln -sf "$(component_bin kubectl)" "$DEVCLUSTER_DIR/bin/kubectl"
+log "cluster up in $((SECONDS - T0))s"
+echo "  export KUBECONFIG=$KUBECONFIG_FILE"
+echo "  kubectl: $DEVCLUSTER_DIR/bin/kubectl (kubectl $KUBERNETES_VERSION)"
