@@ -30,6 +30,16 @@ stop_group() {
   for name in "$@"; do rm -f "$PID_DIR/$name.pid"; done
 }
 
+# Supervisors first, so that nothing restarts what is being stopped.
+for supervisor in "$PID_DIR"/*.supervisor.pid; do
+  [ -f "$supervisor" ] || continue
+  pid="$(cat "$supervisor")"
+  if [ -n "$pid" ] && [ -d "/proc/$pid" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  fi
+  rm -f "$supervisor"
+done
 stop_group mpi-operator training-operator kwok kube-scheduler kube-controller-manager
 stop_group kube-apiserver
 stop_group etcd

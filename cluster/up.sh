@@ -72,6 +72,27 @@ start() {
   echo $! >"$PID_DIR/$name.pid"
 }
 
+# supervise NAME ARGS... : like start, but restarts the process whenever it exits, as a Deployment
+# would. mpi-operator needs it: its leader election is always on and it exits (by design) when it
+# cannot renew its lease, e.g. while the API server restarts. The pid file always names the running
+# binary; the supervising shell's pid goes to NAME.supervisor.pid (down.sh stops it first).
+supervise() {
+  local name="$1"; shift
+  local bin; bin="$(component_bin "$name")"
+  : >"$LOG_DIR/$name.log"
+  PIDFILE="$PID_DIR/$name.pid" setsid bash -c '
+    trap "kill \$child 2>/dev/null; exit 0" TERM
+    while :; do
+      "$@" & child=$!
+      echo "$child" >"$PIDFILE"
+      wait "$child" || true
+      echo "[devcluster supervisor] $1 exited; restarting in 1 s"
+      sleep 1
+    done' supervisor "$bin" "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+  echo $! >"$PID_DIR/$name.supervisor.pid"
+  for _ in $(seq 1 50); do [ -s "$PID_DIR/$name.pid" ] && break; sleep 0.1; done
+}
+
 # wait_for NAME DESCRIPTION COMMAND... : polls COMMAND until it succeeds;
 # fails if process NAME exits or the startup timeout passes.
 wait_for() {
@@ -220,7 +241,7 @@ MY_POD_NAMESPACE=kubeflow KUBECONFIG="$PKI_DIR/training-operator.kubeconfig" sta
   --enable-scheme pytorchjob --enable-scheme tfjob --enable-scheme xgboostjob \
   --enable-scheme paddlejob --enable-scheme jaxjob \
   --leader-elect=false
-KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" start mpi-operator \
+KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" supervise mpi-operator \
   --kubeConfig "$PKI_DIR/mpi-operator.kubeconfig" \
   --lock-namespace mpi-operator \
   --monitoring-port 0 \
