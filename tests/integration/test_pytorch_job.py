@@ -61,7 +61,8 @@ def test_pytorchjob_from_manifest_file_succeeds(namespace, run_dag, jobs, airflo
     # Like a team's manifest kept in git next to the DAG: a template file the operator renders.
     (airflow_db / "pt_manifest.yaml").write_text(MANIFEST.read_text())
     dag_id = unique_dag_id("pt_manifest")
-    args = "job_manifest='pt_manifest.yaml', deferrable=True, startup_timeout=120"
+    # The Kubeflow example names namespace "kubeflow"; like kubectl, an explicit namespace wins over it.
+    args = f"job_manifest='pt_manifest.yaml', namespace={namespace!r}, deferrable=True, startup_timeout=120"
     result = run_dag(dag_id, TRAIN_AND_CHECK.format(dag_id=dag_id, operator_args=args))
 
     assert result.state == "success", result.task_states

@@ -175,18 +175,21 @@ class TrainingJobHook(KubernetesHook):
     ) -> str:
         """The pod's log ('' when the pod or its log is gone)."""
         try:
-            return self.core_v1_client.read_namespaced_pod_log(
+            # The raw response: some kubernetes client versions turn a text/plain body into str(bytes).
+            response = self.core_v1_client.read_namespaced_pod_log(
                 pod_name,
                 namespace,
                 container=container,
                 tail_lines=tail_lines,
                 limit_bytes=limit_bytes,
+                _preload_content=False,
             )
         except Exception as error:
             if api_status(error) in (400, 404):
                 return ""
             raise_for_access(error, f"read log of pod {namespace}/{pod_name}")
             raise
+        return response.data.decode("utf-8", errors="replace")
 
     @retry_transient()
     def list_warning_events(self, namespace: str, object_names: set[str]) -> list[dict[str, Any]]:

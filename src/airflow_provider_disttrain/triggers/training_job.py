@@ -23,6 +23,7 @@ from airflow_provider_disttrain.status import JobState, job_state
 
 _WATCH_FAILURES_BEFORE_POLLING = 3
 _POLLS_BEFORE_RETRYING_WATCH = 30
+_ACCESS_DENIED_GRACE_SECONDS = 30.0
 _KILL_TIMEOUT_SECONDS = 30
 
 
@@ -148,11 +149,14 @@ class TrainingJobTrigger(BaseTrigger):
         errors = 0  # failed requests in a row, for the backoff
         failing_since: float | None = None
         polls = 0  # reads since falling back to polling
+        seen_job = False  # the credentials have worked at least once
+        denied_since: float | None = None
         async with self._hook().job_client() as jobs:
             while True:
                 watching = False
                 try:
                     job = await jobs.get_job(kind, self.name, self.namespace)
+                    seen_job = True
                     failing_since = None
                     errors = 0
                     if outcome := self._check(job):
@@ -162,6 +166,7 @@ class TrainingJobTrigger(BaseTrigger):
                     if watch_failures >= _WATCH_FAILURES_BEFORE_POLLING:
                         await self._sleep(self.poll_interval, job_state(job))
                         polls += 1
+                        denied_since = None
                         if polls >= _POLLS_BEFORE_RETRYING_WATCH:  # the proxy or server may be fixed by now
                             watch_failures = polls = 0
                         continue
@@ -170,6 +175,7 @@ class TrainingJobTrigger(BaseTrigger):
                     if outcome:
                         return outcome
                     watch_failures = 0
+                    denied_since = None
                 except Exception as error:
                     status = api_status(error)
                     if status == 410:
@@ -177,6 +183,13 @@ class TrainingJobTrigger(BaseTrigger):
                         resource_version = None
                         continue
                     if status in (401, 403):
+                        # Refused after it was allowed: an API server that just restarted answers 403
+                        # until its RBAC caches sync, so that gets a short grace; a first refusal is final.
+                        denied_since = denied_since or time.time()
+                        if seen_job and time.time() - denied_since < _ACCESS_DENIED_GRACE_SECONDS:
+                            self.log.warning("Watching %s: %s; retrying", self.ref.title, describe_error(error))
+                            await asyncio.sleep(1)
+                            continue
                         return make_outcome(
                             self.ref,
                             ERROR,

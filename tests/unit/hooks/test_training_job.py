@@ -329,11 +329,12 @@ def test_list_job_pods_selects_by_job_name_label_and_returns_api_dicts(hook: Tra
 
 
 def test_read_pod_log_passes_container_and_tail(hook: TrainingJobHook, core: MagicMock) -> None:
-    core.read_namespaced_pod_log.return_value = "line 1\nline 2\n"
+    # The raw response is read and decoded: some client versions turn text/plain into str(bytes).
+    core.read_namespaced_pod_log.return_value = MagicMock(data="line 1\nline 2 ✓\n".encode())
 
-    assert hook.read_pod_log("pod-a", "ml", "pytorch", tail_lines=5) == "line 1\nline 2\n"
+    assert hook.read_pod_log("pod-a", "ml", "pytorch", tail_lines=5) == "line 1\nline 2 ✓\n"
     core.read_namespaced_pod_log.assert_called_once_with(
-        "pod-a", "ml", container="pytorch", tail_lines=5, limit_bytes=1_000_000
+        "pod-a", "ml", container="pytorch", tail_lines=5, limit_bytes=1_000_000, _preload_content=False
     )
 
 
@@ -465,7 +466,7 @@ def test_explain_outcome_reports_the_failing_replica_its_log_and_events(hook: Tr
     core.list_namespaced_pod.return_value = client.V1PodList(
         items=[v1_pod("train-abc-worker-0", "worker", 0), v1_pod("train-abc-master-0", "master", 0, terminated=oom)]
     )
-    core.read_namespaced_pod_log.return_value = "epoch 1\nallocating 80GiB\n"
+    core.read_namespaced_pod_log.return_value = MagicMock(data=b"epoch 1\nallocating 80GiB\n")
     core.list_namespaced_event.return_value = client.CoreV1EventList(
         items=[v1_event("train-abc-master-0", "BackOff", "Back-off restarting failed container", 3)]
     )
@@ -483,7 +484,12 @@ def test_explain_outcome_reports_the_failing_replica_its_log_and_events(hook: Tr
     assert "train-abc-master-0: BackOff: Back-off restarting failed container" in message
     # Only the failing container's log is read, and only its tail.
     core.read_namespaced_pod_log.assert_called_once_with(
-        "train-abc-master-0", "ml", container="pytorch", tail_lines=LOG_TAIL_LINES, limit_bytes=1_000_000
+        "train-abc-master-0",
+        "ml",
+        container="pytorch",
+        tail_lines=LOG_TAIL_LINES,
+        limit_bytes=1_000_000,
+        _preload_content=False,
     )
 
 

@@ -17,6 +17,7 @@ from airflow.sdk.module_loading import import_string
 from airflow.triggers.base import TriggerEvent
 from kubernetes_asyncio.client.exceptions import ApiException
 
+import airflow_provider_disttrain.triggers.training_job as trigger_module
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import (
@@ -271,9 +272,11 @@ async def test_a_refused_request_is_an_error_naming_the_status(status: int, reas
     assert client.calls == ["get"]  # not retried
 
 
-async def test_a_refused_watch_is_an_error() -> None:
+async def test_a_watch_refused_for_longer_than_the_grace_is_an_error(monkeypatch) -> None:
+    monkeypatch.setattr(trigger_module, "_ACCESS_DENIED_GRACE_SECONDS", 0.5)
     trigger = make_trigger()
-    scripted(trigger, ScriptedJobClient(gets=[RUNNING], watches=[ApiException(status=403, reason="Forbidden")]))
+    refused = ApiException(status=403, reason="Forbidden")
+    scripted(trigger, ScriptedJobClient(gets=[RUNNING], watches=[refused] * 10))
 
     event = await run_once(trigger)
 
@@ -490,3 +493,21 @@ async def test_a_non_transient_error_ends_the_wait_at_once() -> None:
     assert event["status"] == "error"
     assert "404" in event["message"] or "Not Found" in event["message"]
     assert client.calls == ["get", "watch"]
+
+
+async def test_a_short_refusal_after_access_worked_is_retried(monkeypatch) -> None:
+    """An API server that just restarted answers 403 until its RBAC caches have synced."""
+    monkeypatch.setattr(trigger_module.asyncio, "sleep", _no_sleep)
+    trigger = make_trigger()
+    refused = ApiException(status=403, reason="Forbidden")
+    client = ScriptedJobClient(gets=[RUNNING, refused, SUCCEEDED], watches=[ConnectionResetError("restart")])
+    scripted(trigger, client)
+
+    event = await run_once(trigger)
+
+    assert event["status"] == "success"
+    assert client.calls.count("get") == 3
+
+
+async def _no_sleep(_seconds: float) -> None:
+    return None
