@@ -1,0 +1,90 @@
+"""No orphaned GPU jobs: a task that times out, or is killed, takes its job with it, in both modes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.integration.conftest import unique_dag_id
+
+TIMEOUT_DAG = """
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import dag
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+
+@dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+def pipeline():
+    PyTorchJobOperator(
+        task_id="train",
+        job_name="{job_name}",
+        image="busybox:1.36",
+        command=["python", "train.py"],
+        num_workers=1,
+        annotations={{"disttrain.test/run-seconds": "600"}},
+        deferrable={deferrable},
+        poll_interval=1,
+        execution_timeout=timedelta(seconds={execution_timeout}),
+        {extra}
+    )
+
+pipeline()
+"""
+
+
+@pytest.mark.parametrize(
+    ("deferrable", "execution_timeout", "error"),
+    # Deferred, the trigger reports the timeout 15 s before the scheduler would, so the task can clean up.
+    [(False, 8, "AirflowTaskTimeout"), (True, 22, "JobTimeoutError")],
+    ids=["sync", "deferrable"],
+)
+def test_execution_timeout_deletes_the_job(namespace, run_dag, jobs, capfd, deferrable, execution_timeout, error):
+    dag_id = unique_dag_id("exec_timeout")
+    job_name = f"timeout-{dag_id[-6:]}"
+    source = TIMEOUT_DAG.format(
+        dag_id=dag_id, job_name=job_name, deferrable=deferrable, execution_timeout=execution_timeout, extra=""
+    )
+    result = run_dag(dag_id, source)
+
+    assert result.task_state("train") == "failed"
+    assert error in "".join(capfd.readouterr())
+    jobs.wait_for(lambda: jobs.get("pytorchjobs", namespace, job_name) is None, timeout=30, what="job deletion")
+
+
+def test_execution_timeout_keeps_the_job_when_asked(namespace, run_dag, jobs):
+    dag_id = unique_dag_id("exec_timeout_keep")
+    job_name = f"keep-{dag_id[-6:]}"
+    source = TIMEOUT_DAG.format(
+        dag_id=dag_id, job_name=job_name, deferrable=False, execution_timeout=8, extra="delete_on_timeout=False,"
+    )
+    result = run_dag(dag_id, source)
+
+    assert result.task_state("train") == "failed"
+    assert jobs.get("pytorchjobs", namespace, job_name) is not None
+
+
+def test_killing_a_deferred_task_deletes_its_job(namespace, jobs, service_account_kubeconfig):
+    """What the triggerer calls when a user marks a deferred task failed (Airflow 3.3 ``on_kill``)."""
+    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+    from airflow_provider_disttrain.kinds import get_job_kind
+    from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest, set_identity
+    from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+
+    hook = TrainingJobHook()  # kubernetes_default: the service account, in this test's namespace
+    kind = get_job_kind("PyTorchJob")
+    manifest = build_manifest(
+        kind, None, JobParameters(image="busybox:1.36", annotations={"disttrain.test/run-seconds": "600"})
+    )
+    job = hook.create_job(kind, set_identity(manifest, "killed-job", namespace, {}), namespace)
+    trigger = TrainingJobTrigger(
+        kind="PyTorchJob",
+        name="killed-job",
+        namespace=namespace,
+        uid=job["metadata"]["uid"],
+        **hook.trigger_connection_args(),
+    )
+
+    asyncio.run(trigger.on_kill())
+
+    jobs.wait_for(lambda: jobs.get("pytorchjobs", namespace, "killed-job") is None, timeout=30, what="deletion")
