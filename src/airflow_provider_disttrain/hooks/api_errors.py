@@ -19,6 +19,14 @@ TRANSIENT_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
 API_ATTEMPTS = 5
 
 
+def delete_body(uid: str | None, propagation_policy: str = "Background") -> dict[str, Any]:
+    """DeleteOptions for a job; ``uid`` as a precondition spares a same-named job created since."""
+    body: dict[str, Any] = {"propagationPolicy": propagation_policy}
+    if uid:
+        body["preconditions"] = {"uid": uid}
+    return body
+
+
 def api_status(error: BaseException) -> int | None:
     """HTTP status of a Kubernetes client exception (either client), or None for other errors."""
     status = getattr(error, "status", None)

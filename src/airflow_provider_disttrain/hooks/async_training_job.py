@@ -14,7 +14,7 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHo
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio import watch as async_watch
 
-from airflow_provider_disttrain.hooks.api_errors import api_status, retry_transient
+from airflow_provider_disttrain.hooks.api_errors import api_status, delete_body, retry_transient
 from airflow_provider_disttrain.kinds import JobKind
 
 
@@ -69,9 +69,6 @@ class AsyncJobClient:
 
     @retry_transient(attempts=3)
     async def delete_job(self, kind: JobKind, name: str, namespace: str, uid: str | None = None) -> bool:
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
         try:
             await self._custom.delete_namespaced_custom_object(
                 group=kind.group,
@@ -79,7 +76,7 @@ class AsyncJobClient:
                 namespace=namespace,
                 plural=kind.plural,
                 name=name,
-                body=body,
+                body=delete_body(uid),
             )
             return True
         except Exception as error:

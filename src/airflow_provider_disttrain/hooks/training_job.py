@@ -18,7 +18,7 @@ from kubernetes import client
 
 from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_with_problems
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
-from airflow_provider_disttrain.hooks.api_errors import api_status, raise_for_access, retry_transient
+from airflow_provider_disttrain.hooks.api_errors import api_status, delete_body, raise_for_access, retry_transient
 from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, JobKind, get_job_kind
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
@@ -135,9 +135,6 @@ class TrainingJobHook(KubernetesHook):
         left alone.
         """
         kind = get_job_kind(kind)
-        body: dict[str, Any] = {"propagationPolicy": propagation_policy}
-        if uid:
-            body["preconditions"] = {"uid": uid}
         try:
             self._custom.delete_namespaced_custom_object(
                 group=kind.group,
@@ -145,7 +142,7 @@ class TrainingJobHook(KubernetesHook):
                 namespace=namespace,
                 plural=kind.plural,
                 name=name,
-                body=body,
+                body=delete_body(uid, propagation_policy),
             )
             return True
         except Exception as error:

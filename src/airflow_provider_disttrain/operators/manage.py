@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.exceptions import JobNotFoundError, TrainingJobError
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.manifest.patches import current_workers, scale_patch, suspend_patch
@@ -17,10 +17,8 @@ from airflow_provider_disttrain.status import job_result
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 
-
-class _ExistingJobOperator(BaseOperator):
+class _ExistingJobOperator(ClusterConnectionMixin, BaseOperator):
     """Shared parameters: which job, and how to reach its cluster.
 
     :param job_name: the job's name (templated; e.g. ``{{ ti.xcom_pull('train', key='job_name') }}``).
@@ -54,16 +52,6 @@ class _ExistingJobOperator(BaseOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.cluster_context = cluster_context
         self.config_file = config_file
-
-    @cached_property
-    def hook(self) -> TrainingJobHook:
-        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-
-        return TrainingJobHook(
-            conn_id=self.kubernetes_conn_id,
-            cluster_context=self.cluster_context,
-            config_file=self.config_file,
-        )
 
     def resolved_namespace(self) -> str:
         return self.namespace or self.hook.default_namespace()

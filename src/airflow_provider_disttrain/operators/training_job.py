@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
 from airflow_provider_disttrain import outcome as outcomes
+from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.exceptions import (
     JobAlreadyExistsError,
     JobFailedError,
@@ -74,7 +74,7 @@ def _positive_int(value: int | None, field: str, minimum: int = 1) -> int | None
     return value
 
 
-class TrainingJobOperator(BaseOperator):
+class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     """Submit a Kubeflow training job (any kind in the kinds table) and wait until it finishes.
 
     Describe the job with ``job_manifest`` (a dict, YAML text or a ``.yaml``/``.yml``/``.json`` file,
@@ -254,16 +254,6 @@ class TrainingJobOperator(BaseOperator):
     @property
     def job_kind(self) -> JobKind:
         return get_job_kind(self.kind)
-
-    @cached_property
-    def hook(self) -> TrainingJobHook:
-        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-
-        return TrainingJobHook(
-            conn_id=self.kubernetes_conn_id,
-            cluster_context=self.cluster_context,
-            config_file=self.config_file,
-        )
 
     # -- building the manifest (pure) ---------------------------------------------------------------
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_disttrain import outcome as outcomes
+from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.outcome import JobRef, check_job
@@ -18,10 +18,8 @@ from airflow_provider_disttrain.outcome import JobRef, check_job
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 
-
-class TrainingJobSensor(BaseSensorOperator):
+class TrainingJobSensor(ClusterConnectionMixin, BaseSensorOperator):
     """Wait until a training job succeeds; fail, with the reason, when it fails or disappears.
 
     Returns (to XCom) the same JSON-safe summary as the training operators.
@@ -60,16 +58,6 @@ class TrainingJobSensor(BaseSensorOperator):
         self.cluster_context = cluster_context
         self.config_file = config_file
         self.deferrable = deferrable
-
-    @cached_property
-    def hook(self) -> TrainingJobHook:
-        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-
-        return TrainingJobHook(
-            conn_id=self.kubernetes_conn_id,
-            cluster_context=self.cluster_context,
-            config_file=self.config_file,
-        )
 
     def _ref(self) -> JobRef:
         return JobRef(self.kind, self.job_name, self.namespace or self.hook.default_namespace())

@@ -1,0 +1,26 @@
+"""The hook every operator and sensor of this provider gets from its connection parameters."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+
+class ClusterConnectionMixin:
+    """``hook``: a ``TrainingJobHook`` built from ``kubernetes_conn_id``, ``cluster_context`` and
+    ``config_file``, imported on first use so that DAG files importing the operators parse fast."""
+
+    kubernetes_conn_id: str
+    cluster_context: str | None
+    config_file: str | None
+
+    @cached_property
+    def hook(self) -> TrainingJobHook:
+        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+        return TrainingJobHook(
+            conn_id=self.kubernetes_conn_id, cluster_context=self.cluster_context, config_file=self.config_file
+        )
