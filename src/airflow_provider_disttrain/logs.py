@@ -73,8 +73,32 @@ def validate_log_replicas(value: object) -> None:
         raise ValueError(f"log_replicas: expected 'leader', 'all', 'none' or a list of strings, got {value!r}")
 
 
+LOG_WINDOW_LINES = 2000
+_OVERLAP_LINES = 3
+
+
+def new_lines_start(previous_tail: Sequence[str], lines: Sequence[str]) -> int:
+    """Where the lines not emitted yet begin in ``lines``, the log's latest window.
+
+    The window is found again by the last few lines emitted before; when they are no longer in it
+    (more than a window was written since, or the container restarted and its log began anew),
+    the whole window is new.
+    """
+    overlap = list(previous_tail[-_OVERLAP_LINES:])
+    if not overlap:
+        return 0
+    for end in range(len(lines), len(overlap) - 1, -1):
+        if list(lines[end - len(overlap) : end]) == overlap:
+            return end
+    return 0
+
+
 class LogForwarder:
-    """Emits each selected pod's new log lines to ``logger``, remembering what it already emitted."""
+    """Emits each selected pod's new log lines to ``logger``, remembering what it already emitted.
+
+    Each read asks for the log's last ``LOG_WINDOW_LINES`` lines only, so a long training log costs
+    the same on every poll and never stops being followed.
+    """
 
     def __init__(
         self,
@@ -91,7 +115,7 @@ class LogForwarder:
         self.namespace = namespace
         self.log_replicas = log_replicas
         self.logger = logger
-        self._emitted_lines: dict[str, int] = {}
+        self._emitted_tail: dict[str, list[str]] = {}
 
     def forward(self, pods: Sequence[Mapping[str, Any]] | None = None) -> int:
         """Emit lines not emitted before; returns how many. Never raises: logs are a courtesy."""
@@ -102,13 +126,14 @@ class LogForwarder:
             if pods is None:
                 pods = self.hook.list_job_pods(self.job_name, self.namespace)
             for pod_name, container in log_targets(self.kind, pods, self.log_replicas):
-                text = self.hook.read_pod_log(pod_name, self.namespace, container)
+                text = self.hook.read_pod_log(pod_name, self.namespace, container, tail_lines=LOG_WINDOW_LINES)
                 lines = text.splitlines()
-                already = self._emitted_lines.get(pod_name, 0)
-                for line in lines[already:]:
+                new = lines[new_lines_start(self._emitted_tail.get(pod_name, []), lines) :]
+                for line in new:
                     self.logger.info("[%s] %s", pod_name, line)
-                emitted += max(len(lines) - already, 0)
-                self._emitted_lines[pod_name] = max(already, len(lines))
+                emitted += len(new)
+                if new:
+                    self._emitted_tail[pod_name] = new[-_OVERLAP_LINES:]
         except Exception as error:
             self.logger.warning("Could not read the logs of %s %s: %r", self.kind.kind, self.job_name, error)
         return emitted

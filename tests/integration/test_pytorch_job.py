@@ -74,3 +74,29 @@ def test_pytorchjob_from_manifest_file_succeeds(namespace, run_dag, jobs, airflo
     container = live["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch"
     assert container["image"].startswith("docker.io/kubeflowkatib/pytorch-mnist")
+
+
+DRY_RUN_DAG = """
+import pendulum
+from airflow.sdk import dag
+from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
+
+@dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+def pipeline():
+    MPIJobOperator(task_id="check", image="mpioperator/mpi-pi:openmpi", command=["mpirun", "/home/mpiuser/pi"],
+                   num_workers=2, dry_run=True)
+
+pipeline()
+"""
+
+
+def test_dry_run_is_admitted_by_the_api_server_and_creates_nothing(namespace, run_dag, jobs):
+    dag_id = unique_dag_id("dry_run")
+    result = run_dag(dag_id, DRY_RUN_DAG.format(dag_id=dag_id))
+
+    assert result.task_state("check") == "success"
+    admitted = result.xcom("check")
+    assert admitted["kind"] == "MPIJob"
+    assert admitted["namespace"] == namespace
+    assert admitted["name"].startswith("check-")
+    assert jobs.list("mpijobs", namespace, version="v2beta1") == []

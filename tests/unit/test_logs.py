@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+import airflow_provider_disttrain.logs as logs_module
 from airflow_provider_disttrain.kinds import JOB_KINDS
 from airflow_provider_disttrain.logs import (
     ALL,
@@ -224,7 +225,9 @@ class FakeHook:
             raise self.fail_list
         return self.pods
 
-    def read_pod_log(self, pod_name: str, namespace: str, container: str | None = None) -> str:
+    def read_pod_log(
+        self, pod_name: str, namespace: str, container: str | None = None, *, tail_lines: int | None = None
+    ) -> str:
         self.read_calls.append((pod_name, namespace, container))
         if pod_name in self.fail_read:
             raise self.fail_read[pod_name]
@@ -284,17 +287,36 @@ def test_each_pod_is_tracked_on_its_own(logger):
     ]
 
 
-def test_a_shorter_log_after_a_container_restart_emits_nothing_and_counts_nothing(logger):
+def test_a_restarted_container_s_new_log_is_emitted_from_its_start(logger):
     hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "a\nb\nc\n"})
     logs = forwarder(hook, logger)
     logs.forward()
 
     hook.logs["mnist-master-0"] = "fresh start\n"
-    assert logs.forward() == 0
-    hook.logs["mnist-master-0"] = "fresh start\nx\ny\nz\n"
     assert logs.forward() == 1
+    hook.logs["mnist-master-0"] = "fresh start\nx\ny\nz\n"
+    assert logs.forward() == 3
 
-    assert logger.infos[-1] == "[mnist-master-0] z"
+    assert logger.infos[-4:] == [
+        "[mnist-master-0] fresh start",
+        "[mnist-master-0] x",
+        "[mnist-master-0] y",
+        "[mnist-master-0] z",
+    ]
+
+
+def test_a_log_longer_than_the_window_is_still_followed(logger):
+    """Only the last LOG_WINDOW_LINES lines are read; lines past the first window keep coming."""
+    window = logs_module.LOG_WINDOW_LINES
+    everything = [f"step {i}" for i in range(window + 50)]
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "\n".join(everything[:window]) + "\n"})
+    logs = forwarder(hook, logger)
+    assert logs.forward() == window
+
+    hook.logs["mnist-master-0"] = "\n".join(everything[50:]) + "\n"  # the server's last `window` lines
+
+    assert logs.forward() == 50
+    assert logger.infos[-1] == f"[mnist-master-0] step {window + 49}"
 
 
 def test_pods_passed_in_are_used_without_listing(logger):
