@@ -211,3 +211,30 @@ def run_dag(airflow_db: Path) -> Callable[..., DagRunResult]:
 
 def unique_dag_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(3)}"
+
+
+TRAINING_DAG = """
+import datetime
+
+import pendulum
+from airflow.sdk import dag
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+
+@dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+def pipeline():
+    PyTorchJobOperator(task_id="train", {arguments})
+
+pipeline()
+"""
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "image": "busybox:1.36",
+    "command": ["python", "train.py"],
+    "num_workers": 1,
+    "poll_interval": 1,
+}
+
+
+def training_dag(dag_id: str, **operator_args: Any) -> str:
+    """Source of a one-task DAG training a small PyTorchJob; ``operator_args`` override the defaults."""
+    arguments = ", ".join(f"{key}={value!r}" for key, value in {**TRAINING_DEFAULTS, **operator_args}.items())
+    return TRAINING_DAG.format(dag_id=dag_id, arguments=arguments)

@@ -4,49 +4,13 @@ job that can never be scheduled (more GPUs than the cluster has)."""
 from __future__ import annotations
 
 import pytest
-from tests.integration.conftest import unique_dag_id
-
-FAILING_DAG = """
-import pendulum
-from airflow.sdk import dag
-from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
-
-@dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
-def pipeline():
-    PyTorchJobOperator(
-        task_id="train",
-        job_name="{job_name}",
-        image="busybox:1.36",
-        command=["python", "train.py"],
-        num_workers=1,
-        restart_policy="Never",
-        annotations={annotations!r},
-        deferrable={deferrable},
-        poll_interval=1,
-        startup_timeout={startup_timeout},
-        log_replicas="all",
-        {extra}
-    )
-
-pipeline()
-"""
+from tests.integration.conftest import training_dag, unique_dag_id
 
 
-def _dag(
-    dag_id: str,
-    job_name: str,
-    deferrable: bool,
-    annotations: dict[str, str],
-    startup_timeout: int = 120,
-    extra: str = "",
-) -> str:
-    return FAILING_DAG.format(
-        dag_id=dag_id,
-        job_name=job_name,
-        annotations=annotations,
-        deferrable=deferrable,
-        startup_timeout=startup_timeout,
-        extra=extra,
+def _dag(dag_id: str, job_name: str, deferrable: bool, annotations: dict[str, str], **extra: object) -> str:
+    arguments = {"startup_timeout": 120, "log_replicas": "all", **extra}
+    return training_dag(
+        dag_id, job_name=job_name, restart_policy="Never", annotations=annotations, deferrable=deferrable, **arguments
     )
 
 
@@ -83,7 +47,7 @@ def test_unschedulable_job_times_out_with_the_schedulers_message_and_is_deleted(
 ):
     dag_id = unique_dag_id("nogpu")
     job_name = f"nogpu-{dag_id[-6:]}"
-    source = _dag(dag_id, job_name, deferrable, {}, startup_timeout=8, extra="gpus_per_replica=100,")
+    source = _dag(dag_id, job_name, deferrable, {}, startup_timeout=8, gpus_per_replica=100)
     result = run_dag(dag_id, source)
 
     assert result.task_state("train") == "failed"

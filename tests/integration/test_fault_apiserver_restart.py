@@ -7,29 +7,7 @@ import threading
 import time
 
 import pytest
-from tests.integration.conftest import cluster_script, unique_dag_id
-
-DEFERRED_DAG = """
-import pendulum
-from airflow.sdk import dag
-from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
-
-@dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
-def pipeline():
-    PyTorchJobOperator(
-        task_id="train",
-        job_name="{job_name}",
-        image="busybox:1.36",
-        command=["python", "train.py"],
-        num_workers=1,
-        restart_policy="Never",
-        annotations={annotations!r},
-        deferrable=True,
-        poll_interval=2,
-    )
-
-pipeline()
-"""
+from tests.integration.conftest import cluster_script, training_dag, unique_dag_id
 
 
 @pytest.mark.parametrize(
@@ -58,7 +36,10 @@ def test_trigger_survives_an_api_server_restart(namespace, run_dag, jobs, annota
 
     bouncer = threading.Thread(target=restart_when_deferred, daemon=True)
     bouncer.start()
-    result = run_dag(dag_id, DEFERRED_DAG.format(dag_id=dag_id, job_name=job_name, annotations=annotations))
+    source = training_dag(
+        dag_id, job_name=job_name, restart_policy="Never", annotations=annotations, deferrable=True, poll_interval=2
+    )
+    result = run_dag(dag_id, source)
     bouncer.join(timeout=120)
 
     assert not errors, errors

@@ -3,34 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-
-import pytest
-from tests.integration.conftest import unique_dag_id
-
-TIMEOUT_DAG = """
 from datetime import timedelta
 
-import pendulum
-from airflow.sdk import dag
-from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+import pytest
+from tests.integration.conftest import training_dag, unique_dag_id
 
-@dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
-def pipeline():
-    PyTorchJobOperator(
-        task_id="train",
-        job_name="{job_name}",
-        image="busybox:1.36",
-        command=["python", "train.py"],
-        num_workers=1,
-        annotations={{"disttrain.test/run-seconds": "600"}},
-        deferrable={deferrable},
-        poll_interval=1,
-        execution_timeout=timedelta(seconds={execution_timeout}),
-        {extra}
-    )
-
-pipeline()
-"""
+LONG_RUNNING = {"disttrain.test/run-seconds": "600"}
 
 
 @pytest.mark.parametrize(
@@ -42,8 +20,12 @@ pipeline()
 def test_execution_timeout_deletes_the_job(namespace, run_dag, jobs, capfd, deferrable, execution_timeout, error):
     dag_id = unique_dag_id("exec_timeout")
     job_name = f"timeout-{dag_id[-6:]}"
-    source = TIMEOUT_DAG.format(
-        dag_id=dag_id, job_name=job_name, deferrable=deferrable, execution_timeout=execution_timeout, extra=""
+    source = training_dag(
+        dag_id,
+        job_name=job_name,
+        annotations=LONG_RUNNING,
+        deferrable=deferrable,
+        execution_timeout=timedelta(seconds=execution_timeout),
     )
     result = run_dag(dag_id, source)
 
@@ -55,8 +37,12 @@ def test_execution_timeout_deletes_the_job(namespace, run_dag, jobs, capfd, defe
 def test_execution_timeout_keeps_the_job_when_asked(namespace, run_dag, jobs):
     dag_id = unique_dag_id("exec_timeout_keep")
     job_name = f"keep-{dag_id[-6:]}"
-    source = TIMEOUT_DAG.format(
-        dag_id=dag_id, job_name=job_name, deferrable=False, execution_timeout=8, extra="delete_on_timeout=False,"
+    source = training_dag(
+        dag_id,
+        job_name=job_name,
+        annotations=LONG_RUNNING,
+        execution_timeout=timedelta(seconds=8),
+        delete_on_timeout=False,
     )
     result = run_dag(dag_id, source)
 
