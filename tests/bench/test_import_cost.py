@@ -7,28 +7,18 @@ timings on a shared CI machine are too noisy to assert on. The timing budget is 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "import_cost.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("import_cost_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses resolve the module through sys.modules while the classes are created.
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(SCRIPT, "import_cost_under_test")
 
 
 def test_provider_operators_import_no_heavy_module(bench: ModuleType) -> None:

@@ -7,13 +7,13 @@ never import it (the training loop itself needs a multi-GB torch install and is 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "training" / "pytorch" / "train_ddp.py"
 
@@ -26,16 +26,7 @@ def no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def ddp(no_torch: None) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_ddp_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses resolve the module through sys.modules while the class is created.
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(SCRIPT, "train_ddp_under_test")
 
 
 # What the training-operator puts into the pod of Worker 1 of a job with a Master and 2 Workers.

@@ -6,27 +6,15 @@ that an import of either at module level, or in these helpers, fails the tests.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.scripts import load_script
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
-
-
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +26,7 @@ def no_torch_or_horovod(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def hvd_script(no_torch_or_horovod: None) -> ModuleType:
-    return _load(TRAINING / "horovod" / "train_horovod.py", "train_horovod_under_test")
+    return load_script(TRAINING / "horovod" / "train_horovod.py", "train_horovod_under_test")
 
 
 def test_argument_defaults(hvd_script: ModuleType) -> None:
@@ -83,7 +71,7 @@ def test_load_csv(hvd_script: ModuleType, tmp_path: Path) -> None:
 )
 def test_copied_helpers_match_the_ddp_scripts(hvd_script: ModuleType, tmp_path: Path, text: str) -> None:
     # Both images ship one file each, so the helpers are copies; this keeps them from drifting.
-    ddp = _load(TRAINING / "pytorch" / "train_ddp.py", "train_ddp_for_comparison")
+    ddp = load_script(TRAINING / "pytorch" / "train_ddp.py", "train_ddp_for_comparison")
     path = tmp_path / "data.csv"
     path.write_text(text)
 

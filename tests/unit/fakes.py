@@ -256,6 +256,11 @@ class FakeTrainingJobHook:
     def called(self, method: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         return [(args, kwargs) for name, args, kwargs in self.calls if name == method]
 
+    def submitted_manifest(self) -> dict[str, Any]:
+        """The manifest of the one job created."""
+        [(args, _)] = self.called("create_job")
+        return args[1]
+
     def api_calls(self) -> list[str]:
         return [name for name, _, _ in self.calls]
 

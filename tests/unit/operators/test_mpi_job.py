@@ -35,11 +35,6 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> MPIJobOperator:
     return with_hook(MPIJobOperator(**arguments), hook)
 
 
-def submitted(hook: FakeTrainingJobHook) -> dict[str, Any]:
-    [(args, _)] = hook.called("create_job")
-    return args[1]
-
-
 def test_runs_an_mpijob_with_a_launcher_and_ssh_workers() -> None:
     hook = FakeTrainingJobHook(
         progression=[running_status(workers=2, leader="Launcher"), succeeded_status(workers=2, leader="Launcher")]
@@ -59,7 +54,7 @@ def test_runs_an_mpijob_with_a_launcher_and_ssh_workers() -> None:
     assert result["state"] == "succeeded"
     assert result["replica_statuses"]["Launcher"]["succeeded"] == 1
     assert hook.called("create_job")[0][0][0] == "MPIJob"
-    manifest = submitted(hook)
+    manifest = hook.submitted_manifest()
     assert (manifest["apiVersion"], manifest["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
     spec = manifest["spec"]
     assert spec["slotsPerWorker"] == 2

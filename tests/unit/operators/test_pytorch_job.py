@@ -32,11 +32,6 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> PyTorchJobOperato
     return with_hook(PyTorchJobOperator(**arguments), hook)
 
 
-def submitted(hook: FakeTrainingJobHook) -> dict[str, Any]:
-    [(args, _)] = hook.called("create_job")
-    return args[1]
-
-
 def test_runs_a_pytorchjob_with_a_master_and_workers() -> None:
     hook = FakeTrainingJobHook(progression=[running_status(workers=2), succeeded_status(workers=2)])
 
@@ -44,7 +39,7 @@ def test_runs_a_pytorchjob_with_a_master_and_workers() -> None:
 
     assert result["kind"] == "PyTorchJob"
     assert result["state"] == "succeeded"
-    manifest = submitted(hook)
+    manifest = hook.submitted_manifest()
     assert (manifest["apiVersion"], manifest["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     assert hook.called("create_job")[0][0][0] == "PyTorchJob"
     spec = manifest["spec"]
@@ -66,7 +61,7 @@ def test_elastic_policy_accepts_snake_case_and_the_crds_keys() -> None:
 
     make_operator(hook, elastic_policy=policy).execute(make_context())
 
-    assert submitted(hook)["spec"]["elasticPolicy"] == {
+    assert hook.submitted_manifest()["spec"]["elasticPolicy"] == {
         "minReplicas": 1,
         "maxReplicas": 4,
         "rdzvBackend": "c10d",
@@ -80,7 +75,7 @@ def test_spec_fields_are_merged_with_the_pytorch_ones() -> None:
 
     make_operator(hook, nproc_per_node="auto", spec_fields={"runPolicy": {"suspend": False}}).execute(make_context())
 
-    spec = submitted(hook)["spec"]
+    spec = hook.submitted_manifest()["spec"]
     assert spec["nprocPerNode"] == "auto"
     assert spec["runPolicy"]["suspend"] is False
 
