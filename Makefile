@@ -28,8 +28,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## Create .venv with the provider, Airflow and the test tools
 
 lint: venv ## ruff check and format check
-	@$(VENV)/bin/ruff check src tests example_dags bench training demo
-	@$(VENV)/bin/ruff format --check src tests example_dags bench training demo
+	@$(VENV)/bin/ruff check airflow_provider_disttrain tests example_dags bench training demo
+	@$(VENV)/bin/ruff format --check airflow_provider_disttrain tests example_dags bench training demo
 
 unit-test: venv ## Unit tests only (no cluster)
 	@$(VENV)/bin/pytest tests -m "not integration" -q -p no:cacheprovider

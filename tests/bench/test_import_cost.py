@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "import_cost.py"

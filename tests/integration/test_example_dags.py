@@ -44,6 +44,7 @@ def example_dags(airflow_db: Path) -> Path:
 @pytest.mark.parametrize("dag_id", sorted(EXAMPLES))
 def test_example_dag_runs_on_the_local_cluster(namespace, admin_api, example_dags, dag_id, jobs):
     from airflow.dag_processing.dagbag import DagBag
+
     from tests.integration.conftest import DagRunResult
 
     ensure_training_volume(admin_api, namespace)

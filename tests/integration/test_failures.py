@@ -4,6 +4,7 @@ job that can never be scheduled (more GPUs than the cluster has)."""
 from __future__ import annotations
 
 import pytest
+
 from tests.integration.conftest import training_dag, unique_dag_id
 
 

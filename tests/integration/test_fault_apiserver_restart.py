@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+
 from tests.integration.conftest import cluster_script, training_dag, unique_dag_id
 
 

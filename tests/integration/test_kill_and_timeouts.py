@@ -6,6 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+
 from tests.integration.conftest import training_dag, unique_dag_id
 
 LONG_RUNNING = {"disttrain.test/run-seconds": "600"}

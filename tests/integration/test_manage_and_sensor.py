@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tests.integration.conftest import ADMIN_KUBECONFIG, unique_dag_id
 
 LONG_RUNNING = {"disttrain.test/run-seconds": "600"}

@@ -4,6 +4,7 @@ launcher is a batch Job run by the real kube-controller-manager)."""
 from __future__ import annotations
 
 import pytest
+
 from tests.integration.conftest import unique_dag_id
 
 MPI_DAG = """

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tests.integration.conftest import unique_dag_id
 
 MANIFEST = Path(__file__).resolve().parents[1] / "fixtures" / "manifests" / "pytorchjob.yaml"

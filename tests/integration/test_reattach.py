@@ -4,6 +4,7 @@ next try reattaches to it, through Airflow's task state store or, where there is
 from __future__ import annotations
 
 import pytest
+
 from tests.integration.conftest import unique_dag_id
 
 DYING_FIRST_TRY_DAG = '''

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "training" / "pytorch" / "train_ddp.py"

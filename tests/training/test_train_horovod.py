@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from tests.scripts import load_script
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
