@@ -9,6 +9,8 @@ for a create means "your job already exists" and must not be retried blindly.
 from __future__ import annotations
 
 import asyncio
+import ssl
+from collections.abc import Iterator
 from typing import Any
 
 import tenacity
@@ -42,10 +44,31 @@ def describe_error(error: BaseException) -> str:
     return f"HTTP {status} {getattr(error, 'reason', '') or ''}{': ' + body if body else ''}".strip()
 
 
+# Errors that are the same on every attempt: a server certificate the configured CA does not vouch for,
+# and a kubeconfig, CA or client certificate file that is not there. Both are OSErrors, like an outage.
+_PERMANENT_ERRORS = (ssl.SSLCertVerificationError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what it wraps: urllib3's ``MaxRetryError.reason`` and ``SSLError(original)``,
+    aiohttp's and Python's ``__cause__``/``__context__``."""
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        wrapped = [getattr(current, "reason", None), current.__cause__, current.__context__, *current.args]
+        pending.extend(item for item in wrapped if isinstance(item, BaseException))
+
+
 def is_transient(error: BaseException) -> bool:
     status = api_status(error)
     if status is not None:
         return status in TRANSIENT_STATUS_CODES
+    if any(isinstance(cause, _PERMANENT_ERRORS) for cause in _causes(error)):
+        return False
     # No HTTP status: the request never got an answer (refused, reset, timed out).
     return isinstance(error, (ConnectionError, TimeoutError, asyncio.TimeoutError, OSError)) or type(
         error
