@@ -51,10 +51,35 @@ class JobKind:
     """Allowed values of enum-like spec fields, by dotted path under ``spec``."""
     requires_named_container: bool = True
     """Whether the operator ignores a pod template without a container of that name."""
+    leader_aliases: frozenset[str] = frozenset()
+    """Replica types that play the leader's part under another name (TFJob: Master, Chief's older name)."""
+    normalises_replica_types: bool = True
+    """Whether the operator reads replica types case-insensitively (the training-operator's defaulter
+    renames ``worker`` to ``Worker``); the mpi-operator matches them exactly."""
+    unindexed_replicas: frozenset[str] = frozenset()
+    """Replica types whose pods carry no replica index (the MPI launcher is a batch Job's pod)."""
+    follows_worker_count: bool = False
+    """Whether running pods adapt when the Worker count changes without an elastic policy (the
+    mpi-operator rewrites the hostfile and discover_hosts.sh that elastic Horovod reads)."""
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
+
+    def canonical_replica_type(self, name: str) -> str | None:
+        """The replica type the operator reads ``name`` as, or None when it names none of this kind's.
+
+        The training-operator's ``setTypeNameToCamelCase`` (pkg/apis/kubeflow.org/v1/defaulting_utils.go)
+        renames a key that ``strings.EqualFold`` matches to one of the kind's types; ``casefold`` is
+        Python's counterpart for these ASCII names.
+        """
+        if name in self.replica_types:
+            return name
+        if self.normalises_replica_types:
+            for known in sorted(self.replica_types):
+                if known.casefold() == str(name).casefold():
+                    return known
+        return None
 
     def replica_label_value(self, replica_type: str) -> str:
         return replica_type.lower()
@@ -102,6 +127,9 @@ JOB_KINDS: dict[str, JobKind] = {
             leader_gets_accelerators=False,
             worker_command=("/usr/sbin/sshd", "-De"),
             replica_types=frozenset({"Launcher", "Worker"}),
+            normalises_replica_types=False,
+            unindexed_replicas=frozenset({"Launcher"}),
+            follows_worker_count=True,
             spec_choices=(
                 ("mpiImplementation", frozenset({"OpenMPI", "Intel", "MPICH"})),
                 ("launcherCreationPolicy", frozenset({"AtStartup", "WaitForWorkersReady"})),
@@ -118,7 +146,9 @@ JOB_KINDS: dict[str, JobKind] = {
             port_name="tfjob-port",
             leader_replica="Chief",
             builder_leader_replica=None,
-            replica_types=frozenset({"Chief", "PS", "Worker", "Evaluator"}),
+            # Master is the older name of Chief, still accepted (IsChiefOrMaster); a job has one or the other.
+            replica_types=frozenset({"Chief", "Master", "PS", "Worker", "Evaluator"}),
+            leader_aliases=frozenset({"Master"}),
         ),
         JobKind(
             kind="XGBoostJob",

@@ -118,6 +118,21 @@ def _resources_for(params: JobParameters, replica_type: str, kind: JobKind) -> d
     return resources or None
 
 
+def canonical_replica_specs(kind: JobKind, specs: Mapping[str, Any]) -> dict[str, Any]:
+    """``specs`` keyed as the operator reads them (``worker`` becomes ``Worker`` where it renames keys).
+
+    Submitting the canonical name keeps the builder's parameters on the user's replica and satisfies
+    the training-operator's webhook, which compares names exactly. A key whose canonical name is
+    taken already stays as written, for validation to report.
+    """
+    result: dict[str, Any] = {}
+    for name, replica in specs.items():
+        canonical = kind.canonical_replica_type(name)
+        taken = canonical in specs or canonical in result
+        result[canonical if canonical and not taken else name] = replica
+    return result
+
+
 def _skeleton(kind: JobKind, params: JobParameters) -> dict[str, Any]:
     replica_specs: dict[str, Any] = {}
     if kind.builder_leader_replica and params.with_leader:
@@ -228,6 +243,7 @@ def build_manifest(
     if not isinstance(replica_specs, dict):
         # Left for validation to report with the field's path.
         return manifest
+    replica_specs = spec[kind.replica_specs_key] = canonical_replica_specs(kind, replica_specs)
     if params.num_workers is not None:
         worker = replica_specs.setdefault(kind.worker_replica, {"restartPolicy": kind.default_restart_policy})
         worker["replicas"] = params.num_workers

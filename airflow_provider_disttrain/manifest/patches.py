@@ -9,26 +9,62 @@ from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JobKind
 
 
+def _worker_key(kind: JobKind, job: Mapping[str, Any]) -> str:
+    """The Worker spec's key as stored: the training-operator also reads ``worker`` and renames it."""
+    specs = (job.get("spec") or {}).get(kind.replica_specs_key) if isinstance(job.get("spec"), Mapping) else None
+    if isinstance(specs, Mapping) and kind.worker_replica not in specs:
+        for key in specs:
+            if kind.canonical_replica_type(key) == kind.worker_replica:
+                return key
+    return kind.worker_replica
+
+
 def current_workers(kind: JobKind, job: Mapping[str, Any]) -> int | None:
     value: Any = job
-    for part in kind.worker_replicas_path():
+    for part in ("spec", kind.replica_specs_key, _worker_key(kind, job), "replicas"):
         value = value.get(part) if isinstance(value, Mapping) else None
-    return value if isinstance(value, int) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _without_elastic_policy(kind: JobKind) -> str:
+    if not kind.supports_elastic:
+        return (
+            f"{kind.kind} has no elastic training: its running pods keep the cluster they started with "
+            "(WORLD_SIZE, TF_CONFIG, ...), so added workers would never join and removed ones would stall the rest"
+        )
+    return (
+        f"the {kind.kind} has no elasticPolicy: its running pods keep the WORLD_SIZE they started with, so "
+        "added workers would never join and removed ones would stall the rest; give the job an elasticPolicy"
+    )
 
 
 def scale_patch(kind: JobKind, job: Mapping[str, Any], replicas: int) -> dict[str, Any]:
-    """Patch setting the Worker replicas; an elastic job must stay within [minReplicas, maxReplicas]."""
-    field = ".".join(kind.worker_replicas_path())
+    """Patch setting the Worker replicas.
+
+    An elastic job must stay within [minReplicas, maxReplicas]. A job without an elastic policy is
+    scaled only while suspended (resuming recreates every pod at the new size), unless its pods follow
+    the worker count by themselves (``JobKind.follows_worker_count``).
+    """
+    key = _worker_key(kind, job)
+    field = f"spec.{kind.replica_specs_key}.{key}.replicas"
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise InvalidJobSpecError(field, f"replicas must be an integer >= 1, got {replicas!r}")
     if current_workers(kind, job) is None:
         raise InvalidJobSpecError(field, f"the job has no {kind.worker_replica} replicas to scale")
-    elastic = (job.get("spec") or {}).get("elasticPolicy") if kind.supports_elastic else None
+    spec = job.get("spec") or {}
+    elastic = spec.get("elasticPolicy") if kind.supports_elastic else None
+    suspended = (spec.get("runPolicy") or {}).get("suspend") is True
     if elastic:
         low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
         if (low is not None and replicas < low) or (high is not None and replicas > high):
             raise InvalidJobSpecError(field, f"{replicas} is outside the job's elasticPolicy range [{low}, {high}]")
-    return {"spec": {kind.replica_specs_key: {kind.worker_replica: {"replicas": replicas}}}}
+    elif not suspended and not kind.follows_worker_count:
+        raise InvalidJobSpecError(
+            field,
+            f"{_without_elastic_policy(kind)}, or suspend it (SuspendTrainingJobOperator), scale it and resume it "
+            "to restart every pod at the new size",
+        )
+    return {"spec": {kind.replica_specs_key: {key: {"replicas": replicas}}}}
 
 
 def suspend_patch(suspend: bool) -> dict[str, Any]:

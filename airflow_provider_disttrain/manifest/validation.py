@@ -120,23 +120,37 @@ def _validate_container(kind: JobKind, pod_spec: Mapping[str, Any], field: str) 
             )
 
 
+def _unknown_replica_type(kind: JobKind, replica_type: str) -> str:
+    problem = f"unknown replica type for {kind.kind}; expected one of {sorted(kind.replica_types)}"
+    if same := [t for t in kind.replica_types if t.casefold() == str(replica_type).casefold()]:
+        problem += f" (did you mean {same[0]!r}? the {kind.kind} operator matches replica types exactly)"
+    return problem
+
+
 def _validate_replicas(kind: JobKind, manifest: Mapping[str, Any]) -> None:
     field = f"spec.{kind.replica_specs_key}"
     specs = _require_mapping(_get(manifest, field), field)
     if not specs:
         raise InvalidJobSpecError(field, "at least one replica spec is required")
+    leaders = {kind.leader_replica, *kind.leader_aliases} - {None}
+    if len(present := sorted(t for t in specs if kind.canonical_replica_type(t) in leaders)) > 1:
+        raise InvalidJobSpecError(field, f"has {' and '.join(present)}: a {kind.kind} has one of them, not both")
     for replica_type, replica in specs.items():
         replica_field = f"{field}.{replica_type}"
-        if replica_type not in kind.replica_types:
+        canonical = kind.canonical_replica_type(replica_type)
+        if canonical is None:
+            raise InvalidJobSpecError(replica_field, _unknown_replica_type(kind, replica_type))
+        if canonical != replica_type and canonical in specs:
             raise InvalidJobSpecError(
                 replica_field,
-                f"unknown replica type for {kind.kind}; expected one of {sorted(kind.replica_types)}",
+                f"is {canonical} written in another case, and {canonical} is given too: the operator "
+                "reads replica types case-insensitively and would keep only one of the two",
             )
         replica = _require_mapping(replica, replica_field)
         replicas = _require_int(replica.get("replicas", 1), f"{replica_field}.replicas", 0)
-        if replica_type == kind.leader_replica and replicas != 1:
+        if canonical in leaders and replicas != 1:
             raise InvalidJobSpecError(f"{replica_field}.replicas", f"must be 1, got {replicas}")
-        if replica_type == kind.worker_replica and replicas < 1:
+        if canonical == kind.worker_replica and replicas < 1:
             raise InvalidJobSpecError(f"{replica_field}.replicas", f"must be at least 1 worker, got {replicas}")
         policy = replica.get("restartPolicy")
         if policy is not None and policy not in kind.restart_policies:

@@ -76,9 +76,33 @@ def test_an_elastic_policy_with_only_a_maximum_bounds_only_from_above(load_yaml)
         scale_patch(PYTORCH, job, 4)
 
 
-def test_a_non_elastic_job_scales_to_any_positive_count(load_yaml):
+def test_scaling_a_running_non_elastic_pytorchjob_is_refused(load_yaml):
+    # Its pods got WORLD_SIZE when they started: a new worker would never join, a removed one stalls the rest.
     job = load_yaml("status/pytorchjob-running.yaml")
+
+    with pytest.raises(InvalidJobSpecError, match="no elasticPolicy") as excinfo:
+        scale_patch(PYTORCH, job, 16)
+
+    assert excinfo.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
+    assert "WORLD_SIZE" in excinfo.value.problem
+    assert "suspend" in excinfo.value.problem
+
+
+def test_a_suspended_non_elastic_job_scales_to_any_positive_count(load_yaml):
+    # Resuming recreates every pod, with the world size of the new count.
+    job = load_yaml("status/pytorchjob-running.yaml")
+    job["spec"].setdefault("runPolicy", {})["suspend"] = True
     assert scale_patch(PYTORCH, job, 16) == {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 16}}}}
+
+
+def test_scaling_patches_a_worker_spec_stored_in_lower_case(load_yaml):
+    # A patch of "Worker" beside a stored "worker" would be undone by the operator's renaming.
+    job = load_yaml("manifests/pytorchjob-elastic.yaml")
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    specs["worker"] = specs.pop("Worker")
+
+    assert current_workers(PYTORCH, job) == 2
+    assert scale_patch(PYTORCH, job, 3) == {"spec": {"pytorchReplicaSpecs": {"worker": {"replicas": 3}}}}
 
 
 def test_scaling_an_mpijob_patches_mpi_replica_specs(load_yaml):
@@ -86,10 +110,15 @@ def test_scaling_an_mpijob_patches_mpi_replica_specs(load_yaml):
     assert scale_patch(MPI, job, 4) == {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 4}}}}
 
 
-def test_elastic_policy_is_ignored_for_kinds_without_elastic_training(load_yaml):
+def test_a_running_job_of_a_kind_without_elastic_training_is_not_scaled(load_yaml):
+    # An elasticPolicy written on a TFJob means nothing to the operator: its pods keep their TF_CONFIG.
     job = load_yaml("manifests/tfjob.yaml")
     job["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 2}
-    assert scale_patch(TF, job, 8) == {"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 8}}}}
+
+    with pytest.raises(InvalidJobSpecError, match="TFJob has no elastic training") as excinfo:
+        scale_patch(TF, job, 8)
+
+    assert excinfo.value.field == "spec.tfReplicaSpecs.Worker.replicas"
 
 
 @pytest.mark.parametrize("replicas", [0, -1, True, 2.0, "3", None])

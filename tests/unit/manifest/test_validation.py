@@ -137,10 +137,12 @@ PYTORCH_RULES = [
         "unknown replica type for PyTorchJob; expected one of ['Master', 'Worker']",
     ),
     (
-        "replica type in lower case",
-        lambda m: m["spec"]["pytorchReplicaSpecs"].update(worker=m["spec"]["pytorchReplicaSpecs"].pop("Worker")),
+        # A lower-case replica type alone is valid (the operator renames it); beside its canonical
+        # spelling the operator would keep one of the two specs.
+        "replica type in lower case beside the canonical one",
+        lambda m: m["spec"]["pytorchReplicaSpecs"].update(worker=m["spec"]["pytorchReplicaSpecs"]["Worker"]),
         "spec.pytorchReplicaSpecs.worker",
-        "unknown replica type for PyTorchJob",
+        "is Worker written in another case, and Worker is given too",
     ),
     ("replica spec is a list", _set(f"{WORKER}", ["pytorch"]), WORKER, "must be a mapping, got list"),
     ("two masters", _set(f"{MASTER}.replicas", 2), f"{MASTER}.replicas", "must be 1, got 2"),

@@ -100,9 +100,15 @@ def test_delete_of_a_missing_job_fails_without_ignore_not_found(clock: SimpleNam
 # -- scale ------------------------------------------------------------------------------------------------------------
 
 
+ELASTIC_SPEC = {
+    "pytorchReplicaSpecs": {"Worker": {"replicas": 2}},
+    "elasticPolicy": {"minReplicas": 1, "maxReplicas": 8, "rdzvBackend": "c10d"},
+}
+
+
 def test_scale_patches_the_worker_replicas() -> None:
     hook = FakeTrainingJobHook(namespace="ml")
-    hook.add_job(pytorch_job(status=running_status()))
+    hook.add_job(pytorch_job(spec=ELASTIC_SPEC, status=running_status()))
 
     result = with_hook(ScaleTrainingJobOperator(task_id="scale", job_name="train-abc", replicas=4), hook).execute(
         make_context()
@@ -123,7 +129,7 @@ def test_scale_patches_the_worker_replicas() -> None:
 
 def test_scale_takes_a_templated_count() -> None:
     hook = FakeTrainingJobHook(namespace="ml")
-    hook.add_job(pytorch_job())
+    hook.add_job(pytorch_job(spec=ELASTIC_SPEC))
 
     operator = ScaleTrainingJobOperator(task_id="scale", job_name="train-abc", replicas="3")
 
@@ -152,6 +158,31 @@ def test_scale_outside_the_elastic_range_is_refused_before_patching() -> None:
 
     assert raised.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
     assert hook.called("patch_job") == []
+
+
+def test_scale_of_a_running_non_elastic_job_is_refused_before_patching() -> None:
+    hook = FakeTrainingJobHook(namespace="ml")
+    hook.add_job(pytorch_job(status=running_status()))
+
+    operator = ScaleTrainingJobOperator(task_id="scale", job_name="train-abc", replicas=4)
+    with pytest.raises(InvalidJobSpecError, match=r"no elasticPolicy.*WORLD_SIZE") as raised:
+        with_hook(operator, hook).execute(make_context())
+
+    assert raised.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
+    assert hook.called("patch_job") == []
+
+
+def test_scale_of_a_suspended_non_elastic_job_is_patched() -> None:
+    hook = FakeTrainingJobHook(namespace="ml")
+    spec = {
+        "pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 2}},
+        "runPolicy": {"suspend": True},
+    }
+    hook.add_job(pytorch_job(spec=spec, status=suspended_status()))
+
+    with_hook(ScaleTrainingJobOperator(task_id="scale", job_name="train-abc", replicas=4), hook).execute(make_context())
+
+    assert hook.job("train-abc", "ml")["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
 
 
 def test_scale_to_zero_is_refused() -> None:
