@@ -12,6 +12,7 @@ UV := $(shell command -v uv 2>/dev/null)
 export DEVCLUSTER_DIR ?= $(REPO_ROOT)/.devcluster
 
 include $(REPO_ROOT)/Makefile.cluster
+include $(REPO_ROOT)/Makefile.airflow
 
 .PHONY: help venv lint unit-test integration-test test demo bench clean
 
@@ -32,12 +33,12 @@ lint: venv ## ruff check and format check
 	@$(VENV)/bin/ruff format --check airflow_provider_disttrain tests example_dags bench training demo
 
 unit-test: venv ## Unit tests only (no cluster)
-	@$(VENV)/bin/pytest tests -m "not integration" -q -p no:cacheprovider
+	@$(VENV)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider
 
 integration-test: venv cluster-up ## Integration tests against the local cluster
 	@$(VENV)/bin/pytest tests -m integration -q -p no:cacheprovider -rs --durations=15
 
-test: lint unit-test integration-test ## Everything CI runs: lint, unit tests, integration tests on the local cluster
+test: lint unit-test integration-test e2e-test ## Everything CI runs: lint, unit tests, integration tests on the local cluster, e2e tests in Airflow
 
 demo: venv cluster-up ## Run example 1 (retraining pipeline) end to end on the local cluster
 	@$(VENV_PY) demo/run_demo.py
@@ -45,5 +46,11 @@ demo: venv cluster-up ## Run example 1 (retraining pipeline) end to end on the l
 bench: venv ## Import-cost benchmark (provider vs cncf SparkKubernetesOperator)
 	@$(VENV_PY) bench/import_cost.py
 
-clean: cluster-down ## Stop the cluster and remove local state (not the binary cache)
-	@rm -rf $(DEVCLUSTER_DIR) .airflow
+.PHONY: bench-trigger-scale
+bench-trigger-scale: N ?= 200
+bench-trigger-scale: STEADY ?= 120
+bench-trigger-scale: venv cluster-up ## N deferred PyTorchJobs in one loop, provider vs cncf polling (N=200 STEADY=120 BENCH_ARGS=)
+	@$(VENV_PY) bench/trigger_scale.py --jobs $(N) --steady $(STEADY) $(BENCH_ARGS)
+
+clean: airflow-down cluster-down ## Stop Airflow and the cluster and remove local state (not the binary cache)
+	@rm -rf $(DEVCLUSTER_DIR) .airflow .devairflow

@@ -1,0 +1,88 @@
+# Common settings for the devairflow/*.sh scripts (the local Airflow deployment). Sourced, not executed.
+# Reuses cluster/lib.sh for log/die/port_in_use/kc/apiserver_ready and the cluster's paths.
+# shellcheck shell=bash
+
+DEVAIRFLOW_SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../cluster/lib.sh
+source "$DEVAIRFLOW_SRC_DIR/../cluster/lib.sh"
+
+DEVAIRFLOW_DIR="${DEVAIRFLOW_DIR:-$REPO_ROOT/.devairflow}"
+mkdir -p "$DEVAIRFLOW_DIR"
+DEVAIRFLOW_DIR="$(cd "$DEVAIRFLOW_DIR" && pwd)"
+# AIRFLOW_HOME lives inside .devairflow/ so that nothing here ever reads or writes ~/airflow.
+export AIRFLOW_HOME="$DEVAIRFLOW_DIR/home"
+AF_PID_DIR="$DEVAIRFLOW_DIR/pids"
+AF_LOG_DIR="$DEVAIRFLOW_DIR/logs"
+AF_DAGS_DIR="$DEVAIRFLOW_DIR/dags"
+AF_ENV_FILE="$DEVAIRFLOW_DIR/env"
+AF_SECRETS_FILE="$DEVAIRFLOW_DIR/secrets.env"
+AF_KUBECONFIG="$DEVAIRFLOW_DIR/kubeconfig"
+VENV_BIN="$REPO_ROOT/.venv/bin"
+AIRFLOW_BIN="$VENV_BIN/airflow"
+
+# mpi-operator's health server holds :8080 on every address (not configurable, see cluster/lib.sh),
+# so the API server listens next to it. Override with DEVAIRFLOW_API_PORT.
+DEVAIRFLOW_API_PORT="${DEVAIRFLOW_API_PORT:-28080}"
+DEVAIRFLOW_API_URL="http://127.0.0.1:$DEVAIRFLOW_API_PORT"
+# The scheduler's and the triggerer's log servers (defaults 8793/8794 clash with any other Airflow).
+DEVAIRFLOW_WORKER_LOG_PORT="${DEVAIRFLOW_WORKER_LOG_PORT:-28793}"
+DEVAIRFLOW_TRIGGER_LOG_PORT="${DEVAIRFLOW_TRIGGER_LOG_PORT:-28794}"
+
+# Where the provider's jobs go: one namespace whose service account holds exactly deploy/rbac/role.yaml.
+DEVAIRFLOW_NAMESPACE="${DEVAIRFLOW_NAMESPACE:-disttrain-airflow}"
+DEVAIRFLOW_SERVICE_ACCOUNT=airflow-disttrain
+
+# PostgreSQL from the machine's Debian package (postgresql-15).
+PG_BIN_DIR="${DEVAIRFLOW_PG_BIN_DIR:-/usr/lib/postgresql/15/bin}"
+PG_DIR="$DEVAIRFLOW_DIR/postgres"          # data/, run/ (the unix socket), postgres.log
+PG_DATA="$PG_DIR/data"
+PG_SOCKET_DIR="$PG_DIR/run"
+PG_PORT=5432                               # only names the socket file: no TCP listener at all
+PG_DATABASE=airflow
+PG_USER=airflow
+
+# Airflow processes, in start order (down.sh stops them in reverse).
+AIRFLOW_PROCESSES=(scheduler dag-processor triggerer api-server)
+
+# PostgreSQL refuses to run as root; as root its commands run as the package's `postgres` user.
+pg_run() {
+  if [ "$(id -u)" -eq 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+pg_ctl_() { pg_run "$PG_BIN_DIR/pg_ctl" -D "$PG_DATA" "$@"; }
+pg_ready() { "$PG_BIN_DIR/pg_isready" -q -h "$PG_SOCKET_DIR" -p "$PG_PORT" -d "$PG_DATABASE" -U "$PG_USER"; }
+
+# Prints the pid of a running Airflow process started by up.sh (its supervisor writes the pid), or fails.
+airflow_pid() {
+  local pidfile="$AF_PID_DIR/$1.pid" pid
+  [ -f "$pidfile" ] || return 1
+  pid="$(cat "$pidfile")"
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  # The api-server renames itself "airflow api_server -- host:... port:...".
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -Eq "airflow ($1|${1//-/_})( |$)" || return 1
+  echo "$pid"
+}
+
+supervisor_pid() {
+  local pidfile="$AF_PID_DIR/$1.supervisor.pid" pid
+  [ -f "$pidfile" ] || return 1
+  pid="$(cat "$pidfile")"
+  [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
+  echo "$pid"
+}
+
+api_health() { curl -sf --max-time 3 "$DEVAIRFLOW_API_URL/api/v2/monitor/health"; }
+
+# True when the API server answers and reports every component healthy.
+airflow_healthy() {
+  local health
+  health="$(api_health)" || return 1
+  "$VENV_BIN/python" -c '
+import json, sys
+health = json.loads(sys.argv[1])
+parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+sys.exit(0 if all(health.get(p, {}).get("status") == "healthy" for p in parts) else 1)' "$health"
+}
