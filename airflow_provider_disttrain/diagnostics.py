@@ -62,18 +62,33 @@ def pod_problems(pod: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def failing_container(pod: Mapping[str, Any]) -> str | None:
-    """Name of the container that ended badly (for fetching its log), if any."""
+def _failed(terminated: Mapping[str, Any] | None) -> bool:
+    return terminated is not None and terminated.get("exitCode") not in (0, None)
+
+
+def failing_container(pod: Mapping[str, Any]) -> tuple[str, bool] | None:
+    """``(container, previous)`` whose log explains the pod's failure, if a container ended badly.
+
+    ``previous`` is True when the failure is only in ``lastState.terminated``: the kubelet restarted
+    the container (restartPolicy OnFailure, the PyTorchJob default, or a crash loop), so its current
+    log is the new run's and the failed run's log is the previous one.
+    """
     for container_status in (pod.get("status") or {}).get("containerStatuses") or []:
-        state = container_status.get("state") or {}
-        terminated = state.get("terminated") or (container_status.get("lastState") or {}).get("terminated")
-        if terminated and terminated.get("exitCode") not in (0, None):
-            return str(container_status.get("name"))
+        name = str(container_status.get("name"))
+        if _failed((container_status.get("state") or {}).get("terminated")):
+            return name, False
+        if _failed((container_status.get("lastState") or {}).get("terminated")):
+            return name, True
     return None
 
 
 def pods_with_problems(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [pod for pod in pods if pod_problems(pod)]
+
+
+def pods_not_running(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Pods still Pending (or Unknown): a FailedMount or FailedScheduling event may say why."""
+    return [pod for pod in pods if (pod.get("status") or {}).get("phase") not in ("Running", "Succeeded", "Failed")]
 
 
 def explain(

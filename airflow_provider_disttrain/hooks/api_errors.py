@@ -35,6 +35,15 @@ def api_status(error: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def means_job_absent(error: BaseException, *, uid_precondition: bool = False) -> bool:
+    """Whether the API's answer means the object is not there to act on.
+
+    404 Not Found always; with ``uid_precondition`` (a delete pinned to a uid) also 409 Conflict: the
+    precondition failed because the name now belongs to another object, which is not ours to touch.
+    """
+    return api_status(error) in ((404, 409) if uid_precondition else (404,))
+
+
 def describe_error(error: BaseException) -> str:
     """A readable one-liner: the clients' ``ApiException`` has an empty ``repr``."""
     status = api_status(error)

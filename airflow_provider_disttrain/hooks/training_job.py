@@ -16,9 +16,15 @@ import yaml
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from kubernetes import client
 
-from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_with_problems
+from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_not_running, pods_with_problems
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
-from airflow_provider_disttrain.hooks.api_errors import api_status, delete_body, raise_for_access, retry_transient
+from airflow_provider_disttrain.hooks.api_errors import (
+    api_status,
+    delete_body,
+    means_job_absent,
+    raise_for_access,
+    retry_transient,
+)
 from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, JobKind, get_job_kind
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
@@ -28,6 +34,8 @@ from airflow_provider_disttrain.outcome import JobRef
 _KUBECONFIG_EXTRAS = ("kube_config_path", "kube_config", "in_cluster")
 _LEGACY_EXTRA_PREFIX = "extra__kubernetes__"
 LOG_TAIL_LINES = 30
+# Pods whose Warning events are read (one request each): the troubled ones, and those not running yet.
+MAX_EVENT_PODS = 10
 
 
 class TrainingJobHook(KubernetesHook):
@@ -79,7 +87,7 @@ class TrainingJobHook(KubernetesHook):
                 group=kind.group, version=kind.version, namespace=namespace, plural=kind.plural, name=name
             )
         except Exception as error:
-            if api_status(error) == 404:
+            if means_job_absent(error):
                 return None
             raise_for_access(error, f"get {kind.kind} {namespace}/{name}")
             raise
@@ -146,7 +154,7 @@ class TrainingJobHook(KubernetesHook):
             )
             return True
         except Exception as error:
-            if api_status(error) in (404, 409):
+            if means_job_absent(error, uid_precondition=True):
                 return False
             raise_for_access(error, f"delete {kind.kind} {namespace}/{name}")
             raise
@@ -169,8 +177,9 @@ class TrainingJobHook(KubernetesHook):
         *,
         tail_lines: int | None = None,
         limit_bytes: int | None = 1_000_000,
+        previous: bool = False,
     ) -> str:
-        """The pod's log ('' when the pod or its log is gone)."""
+        """The pod's log ('' when the pod or its log is gone); ``previous``: the restarted container's last run."""
         try:
             # The raw response: some kubernetes client versions turn a text/plain body into str(bytes).
             response = self.core_v1_client.read_namespaced_pod_log(
@@ -179,6 +188,7 @@ class TrainingJobHook(KubernetesHook):
                 container=container,
                 tail_lines=tail_lines,
                 limit_bytes=limit_bytes,
+                previous=previous,
                 _preload_content=False,
             )
         except Exception as error:
@@ -190,17 +200,21 @@ class TrainingJobHook(KubernetesHook):
 
     @retry_transient()
     def list_warning_events(self, namespace: str, object_names: set[str]) -> list[dict[str, Any]]:
-        """Warning events about the named objects (the job and its pods), oldest first."""
-        try:
-            events = self.core_v1_client.list_namespaced_event(namespace, field_selector="type=Warning")
-        except Exception as error:
-            raise_for_access(error, f"list events in {namespace}")
-            raise
-        selected = [
-            self._to_dict(event)
-            for event in events.items
-            if event.involved_object is not None and event.involved_object.name in object_names
-        ]
+        """Warning events about the named objects (the job and its pods), oldest first.
+
+        The API server selects them (one request per object: a field selector has no "or"), so a
+        namespace with thousands of events costs no more than one with a few.
+        """
+        selected = []
+        for name in sorted(object_names):
+            try:
+                events = self.core_v1_client.list_namespaced_event(
+                    namespace, field_selector=f"type=Warning,involvedObject.name={name}"
+                )
+            except Exception as error:
+                raise_for_access(error, f"list events of {namespace}/{name}")
+                raise
+            selected.extend(self._to_dict(event) for event in events.items)
         return sorted(selected, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
     def _default_kubeconfig_file(self) -> str | None:
@@ -239,13 +253,16 @@ class TrainingJobHook(KubernetesHook):
         kind = get_job_kind(ref.kind)
         try:
             pods = self.list_job_pods(ref.name, ref.namespace)
-            names = {ref.name, f"{ref.name}-launcher", *(pod["metadata"]["name"] for pod in pods)}
+            troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
+            names = {ref.name, f"{ref.name}-launcher", *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS]}
             events = self.list_warning_events(ref.namespace, names)
             tails = {}
             for pod in pods_with_problems(pods)[:3]:
-                if container := failing_container(pod):
-                    pod_name = pod["metadata"]["name"]
-                    tails[pod_name] = self.read_pod_log(pod_name, ref.namespace, container, tail_lines=LOG_TAIL_LINES)
+                if failing := failing_container(pod):
+                    pod_name, (container, previous) = pod["metadata"]["name"], failing
+                    tails[pod_name] = self.read_pod_log(
+                        pod_name, ref.namespace, container, tail_lines=LOG_TAIL_LINES, previous=previous
+                    )
         except Exception as error:  # The reason we already have beats no reason at all.
             (logger or self.log).warning("Could not collect diagnostics for %s: %r", ref.title, error)
             pods, events, tails = [], [], {}

@@ -182,16 +182,18 @@ def test_pods_with_problems_keeps_only_the_troubled_ones(load_yaml):
 @pytest.mark.parametrize(
     ("fixture", "expected"),
     [
-        ("pods/oomkilled.yaml", "pytorch"),
-        ("pods/exit-code-1.yaml", "pytorch"),
-        # Crash-looping: the current state is waiting, the last run ended with exit code 1.
-        ("pods/crashloopbackoff.yaml", "pytorch"),
+        # The container that failed is the current one: its log is the current log.
+        ("pods/oomkilled.yaml", ("pytorch", False)),
+        ("pods/exit-code-1.yaml", ("pytorch", False)),
+        # Crash-looping: the current state is waiting, the last run ended with exit code 1, so the
+        # log that explains it is the previous container's.
+        ("pods/crashloopbackoff.yaml", ("pytorch", True)),
         # Never ran: no log worth fetching.
         ("pods/imagepullbackoff.yaml", None),
         ("pods/unschedulable.yaml", None),
     ],
 )
-def test_failing_container_names_the_container_whose_log_explains_the_failure(load_yaml, fixture, expected):
+def test_failing_container_names_the_container_and_which_of_its_logs_explains_the_failure(load_yaml, fixture, expected):
     assert failing_container(load_yaml(fixture)) == expected
 
 
@@ -201,7 +203,22 @@ def test_failing_container_picks_the_container_that_failed_not_a_sidecar():
         {"name": "istio-proxy", "state": {"running": {}}},
         {"name": "pytorch", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}},
     ]
-    assert failing_container(pod) == "pytorch"
+    assert failing_container(pod) == ("pytorch", False)
+
+
+def test_a_container_restarted_by_on_failure_is_explained_by_its_previous_log():
+    """restartPolicy OnFailure (the PyTorchJob default): the kubelet restarted the container, which runs
+    again; the failure is only in ``lastState.terminated`` and the current log is the new run's."""
+    pod = running_pod("pytorch-simple-worker-0", "worker", "0")
+    pod["status"]["containerStatuses"] = [
+        {
+            "name": "pytorch",
+            "restartCount": 1,
+            "state": {"running": {"startedAt": "2024-05-14T09:15:10Z"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+        }
+    ]
+    assert failing_container(pod) == ("pytorch", True)
 
 
 # -- replica_name -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from airflow_provider_disttrain.hooks.api_errors import describe_error, is_transient, retry_transient
+from airflow_provider_disttrain.hooks.api_errors import describe_error, is_transient, means_job_absent, retry_transient
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
@@ -40,6 +40,17 @@ def test_connection_failures_are_transient(error):
 
 def test_a_programming_error_is_not_transient():
     assert not is_transient(KeyError("status"))
+
+
+@pytest.mark.parametrize("api_exception", [ApiException, AsyncApiException])
+def test_a_missing_job_is_404_and_a_failed_uid_precondition_409_for_both_clients(api_exception):
+    assert means_job_absent(api_exception(status=404))
+    assert not means_job_absent(api_exception(status=409))
+    assert means_job_absent(api_exception(status=409), uid_precondition=True)
+    assert means_job_absent(api_exception(status=404), uid_precondition=True)
+    for status in (403, 500):
+        assert not means_job_absent(api_exception(status=status), uid_precondition=True)
+    assert not means_job_absent(ConnectionResetError("reset"))
 
 
 def test_describe_error_names_status_reason_and_body():

@@ -334,7 +334,7 @@ def test_read_pod_log_passes_container_and_tail(hook: TrainingJobHook, core: Mag
 
     assert hook.read_pod_log("pod-a", "ml", "pytorch", tail_lines=5) == "line 1\nline 2 ✓\n"
     core.read_namespaced_pod_log.assert_called_once_with(
-        "pod-a", "ml", container="pytorch", tail_lines=5, limit_bytes=1_000_000, _preload_content=False
+        "pod-a", "ml", container="pytorch", tail_lines=5, limit_bytes=1_000_000, previous=False, _preload_content=False
     )
 
 
@@ -345,18 +345,39 @@ def test_read_pod_log_of_a_missing_log_is_empty(hook: TrainingJobHook, core: Mag
     assert hook.read_pod_log("pod-a", "ml") == ""
 
 
-def test_list_warning_events_keeps_only_the_named_objects_oldest_first(hook: TrainingJobHook, core: MagicMock) -> None:
-    core.list_namespaced_event.return_value = client.CoreV1EventList(
-        items=[
+def serve_events(core: MagicMock, events: list[Any]) -> None:
+    """``list_namespaced_event`` answering as the API server does: only events matching the field selector."""
+
+    def list_events(namespace: str, *, field_selector: str) -> Any:
+        wanted = dict(term.split("=", 1) for term in field_selector.split(","))
+        fields = {"type": lambda e: e.type, "involvedObject.name": lambda e: e.involved_object.name}
+        return client.CoreV1EventList(
+            items=[e for e in events if all(fields[key](e) == value for key, value in wanted.items())]
+        )
+
+    core.list_namespaced_event.side_effect = list_events
+
+
+def test_list_warning_events_asks_for_each_named_object_and_returns_them_oldest_first(
+    hook: TrainingJobHook, core: MagicMock
+) -> None:
+    serve_events(
+        core,
+        [
             v1_event("train-abc-worker-0", "BackOff", "Back-off restarting failed container", 5),
             v1_event("someone-elses-pod", "FailedMount", "not ours", 1),
             v1_event("train-abc", "FailedCreatePod", "quota exceeded", 2),
-        ]
+        ],
     )
 
     events = hook.list_warning_events("ml", {"train-abc", "train-abc-worker-0"})
 
-    core.list_namespaced_event.assert_called_once_with("ml", field_selector="type=Warning")
+    # The server filters: one request per object, never the whole namespace's Warning events.
+    assert sorted(call.kwargs["field_selector"] for call in core.list_namespaced_event.call_args_list) == [
+        "type=Warning,involvedObject.name=train-abc",
+        "type=Warning,involvedObject.name=train-abc-worker-0",
+    ]
+    assert {call.args for call in core.list_namespaced_event.call_args_list} == {("ml",)}
     assert [event["reason"] for event in events] == ["FailedCreatePod", "BackOff"]
     assert events[0]["involvedObject"]["name"] == "train-abc"
 
@@ -467,9 +488,7 @@ def test_explain_outcome_reports_the_failing_replica_its_log_and_events(hook: Tr
         items=[v1_pod("train-abc-worker-0", "worker", 0), v1_pod("train-abc-master-0", "master", 0, terminated=oom)]
     )
     core.read_namespaced_pod_log.return_value = MagicMock(data=b"epoch 1\nallocating 80GiB\n")
-    core.list_namespaced_event.return_value = client.CoreV1EventList(
-        items=[v1_event("train-abc-master-0", "BackOff", "Back-off restarting failed container", 3)]
-    )
+    serve_events(core, [v1_event("train-abc-master-0", "BackOff", "Back-off restarting failed container", 3)])
     job = make_job(namespace="ml", status=failed_status())
 
     message = hook.explain_outcome(JobRef("PyTorchJob", "train-abc", "ml"), "PyTorchJob ml/train-abc failed", job)
@@ -489,8 +508,30 @@ def test_explain_outcome_reports_the_failing_replica_its_log_and_events(hook: Tr
         container="pytorch",
         tail_lines=LOG_TAIL_LINES,
         limit_bytes=1_000_000,
+        previous=False,
         _preload_content=False,
     )
+
+
+def test_explain_outcome_reads_the_previous_log_of_a_container_restarted_after_failing(
+    hook: TrainingJobHook, core: MagicMock
+) -> None:
+    restarted = v1_pod("train-abc-master-0", "master", 0)
+    status = restarted.status.container_statuses[0]
+    status.restart_count = 1
+    status.last_state = client.V1ContainerState(
+        terminated=client.V1ContainerStateTerminated(exit_code=1, reason="Error")
+    )
+    core.list_namespaced_pod.return_value = client.V1PodList(items=[restarted])
+    logs = {True: b"Traceback\nValueError: bad shard\n", False: b"starting again\n"}
+    core.read_namespaced_pod_log.side_effect = lambda *args, previous=False, **kwargs: MagicMock(data=logs[previous])
+    serve_events(core, [])
+
+    message = hook.explain_outcome(JobRef("PyTorchJob", "train-abc", "ml"), "failed", make_job(namespace="ml"))
+
+    assert "  | ValueError: bad shard" in message.splitlines()
+    assert "starting again" not in message
+    assert core.read_namespaced_pod_log.call_args.kwargs["previous"] is True
 
 
 def test_explain_outcome_keeps_the_headline_when_diagnostics_fail(hook: TrainingJobHook, core: MagicMock) -> None:
