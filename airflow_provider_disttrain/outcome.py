@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_disttrain.status import JobState, describe_state, job_result, job_state
+from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state
 
 SUCCESS = "success"
 FAILED = "failed"
@@ -46,6 +46,14 @@ def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] 
     }
 
 
+_NOT_STARTED_STATES = (None, JobState.QUEUED, JobState.SUSPENDED)
+
+
+def _not_started(state: JobState, job: Mapping[str, Any], seen_running: bool) -> bool:
+    """Whether the startup limit still applies: the job has not run yet, as far as anyone can tell."""
+    return state in _NOT_STARTED_STATES and not (seen_running or has_run(job))
+
+
 def job_gone(ref: JobRef) -> dict[str, Any]:
     return make_outcome(ref, ERROR, f"{ref.title} no longer exists: it was deleted outside this task")
 
@@ -57,10 +65,14 @@ def check_job(
     now: float,
     startup_deadline: float | None = None,
     execution_deadline: float | None = None,
+    has_run: bool = False,
 ) -> dict[str, Any] | None:
     """The outcome if the wait is over (finished, replaced, gone or past a deadline), else None.
 
-    ``startup_deadline`` only applies while the job is queued; ``execution_deadline`` always.
+    ``startup_deadline`` only applies until the job first runs: while it is queued, or suspended
+    without having run (held by a queueing system). A job suspended after it ran is waited for, bounded
+    by ``execution_deadline``, which always applies. ``has_run``: the caller saw it run (a suspended
+    MPIJob's conditions do not tell).
     """
     if job is None:
         return job_gone(ref)
@@ -84,7 +96,7 @@ def check_job(
             f"{ref.title} did not finish within the task's execution_timeout; last state: {describe_state(job)}",
             job,
         )
-    if startup_deadline is not None and now >= startup_deadline and state is JobState.QUEUED:
+    if startup_deadline is not None and now >= startup_deadline and _not_started(state, job, has_run):
         return make_outcome(
             ref,
             TIMEOUT,
@@ -100,10 +112,11 @@ def seconds_to_deadline(
     now: float,
     startup_deadline: float | None = None,
     execution_deadline: float | None = None,
+    has_run: bool = False,
 ) -> float | None:
     """How long a waiter may sleep before a deadline that applies to ``state`` passes."""
     deadlines = [execution_deadline]
-    if state in (None, JobState.QUEUED):
+    if state in _NOT_STARTED_STATES and not has_run:
         deadlines.append(startup_deadline)
     remaining = [deadline - now for deadline in deadlines if deadline is not None]
     return max(min(remaining), 0.0) if remaining else None

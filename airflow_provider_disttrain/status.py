@@ -15,7 +15,7 @@ from typing import Any
 # Condition types and the state each one means when it is the job's newest true condition.
 _CONDITION_STATES = {
     "Created": "queued",
-    "Suspended": "queued",
+    "Suspended": "suspended",
     "Running": "running",
     "Restarting": "running",
     "Succeeded": "succeeded",
@@ -27,7 +27,9 @@ class JobState(str, enum.Enum):
     """Where a job is in its life, reduced to what an Airflow task needs to decide."""
 
     QUEUED = "queued"
-    """Submitted, not running yet: no status, Created, or Suspended (pods Pending or absent)."""
+    """Submitted, not running yet: no status, or Created (pods Pending or absent)."""
+    SUSPENDED = "suspended"
+    """``runPolicy.suspend``: no pods; created so (held by a queueing system) or suspended later."""
     RUNNING = "running"
     """Running or Restarting."""
     SUCCEEDED = "succeeded"
@@ -76,6 +78,28 @@ def job_state(job: Mapping[str, Any]) -> JobState:
     if newest is None:
         return JobState.QUEUED
     return JobState(_CONDITION_STATES[str(newest["type"])])
+
+
+# The mpi-operator writes Running=False with this reason on every suspension, also of a job that never
+# ran; the training-operator flips Running to False (reason <Kind>Suspended) only when it was running.
+_SUSPENSION_WITHOUT_HISTORY = "MPIJobSuspended"
+
+
+def has_run(job: Mapping[str, Any]) -> bool:
+    """Whether the job's pods have run at some point (so it is no longer "not started yet").
+
+    Read from the conditions: a Running or Restarting condition, true now or flipped to False since,
+    or a terminal one. A suspended MPIJob's conditions cannot say; a waiter that saw it running knows.
+    """
+    for condition in _conditions(job):
+        kind = condition.get("type")
+        if kind in ("Succeeded", "Failed") and _is_true(condition):
+            return True
+        if kind in ("Running", "Restarting") and (
+            _is_true(condition) or condition.get("reason") != _SUSPENSION_WITHOUT_HISTORY
+        ):
+            return True
+    return False
 
 
 def newest_true_condition(job: Mapping[str, Any]) -> dict[str, Any] | None:

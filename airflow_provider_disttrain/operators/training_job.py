@@ -29,14 +29,20 @@ from airflow_provider_disttrain.links import TrainingJobLink
 from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import JobParameters, RunPolicy, build_manifest, set_identity
 from airflow_provider_disttrain.manifest.loading import MANIFEST_EXTENSIONS, load_manifest
-from airflow_provider_disttrain.manifest.validation import max_job_name_length, validate_manifest
+from airflow_provider_disttrain.manifest.pod_validation import validate_resources_parameter, validate_size_limit
+from airflow_provider_disttrain.manifest.validation import (
+    max_job_name_length,
+    validate_log_replicas_exist,
+    validate_manifest,
+    validate_namespace,
+)
 from airflow_provider_disttrain.naming import (
     TASK_INSTANCE_LABEL,
     generate_job_name,
     task_instance_labels,
 )
 from airflow_provider_disttrain.outcome import JobRef, check_job, seconds_to_deadline
-from airflow_provider_disttrain.status import JobState, describe_state, job_result, job_state, parse_time
+from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state, parse_time
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -120,7 +126,8 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     :param wait_for_completion: wait for the job to finish (False returns as soon as it is created).
     :param deferrable: wait in the triggerer; defaults to ``[operators] default_deferrable``.
     :param poll_interval: seconds between status reads (sync mode, or the trigger's fallback polling).
-    :param startup_timeout: how long the job may stay queued (pods Pending) before the task fails.
+    :param startup_timeout: how long the job may take to first run (queued, pods Pending, or held suspended)
+        before the task fails; a job suspended after it ran is waited for, within ``execution_timeout``.
     :param delete_on_finish: ``never``, ``succeeded`` or ``always`` delete the job once it finished.
     :param delete_on_timeout: delete the job when a timeout fails the task (default True).
     :param delete_on_kill: delete the job when the task is killed (mark failed, clear) (default True).
@@ -212,6 +219,9 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         # Parameters that are not templated are checked and packed now, so a typo fails at parse time.
         self.num_workers = _positive_int(num_workers, "num_workers")
         self.gpus_per_replica = _positive_int(gpus_per_replica, "gpus_per_replica", minimum=0)
+        validate_resources_parameter(self.job_kind, resources)
+        if shm_size is not None:
+            validate_size_limit(shm_size, "shm_size")
         self.builder_options: dict[str, Any] = {
             "resources": resources,
             "gpus_per_replica": self.gpus_per_replica,
@@ -275,6 +285,10 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         manifest = build_manifest(kind, load_manifest(self.job_manifest), self.job_parameters())
         metadata = manifest.get("metadata") or {}
         namespace = self.namespace or metadata.get("namespace") or default_namespace
+        validate_namespace(
+            namespace, "metadata.namespace" if not self.namespace and metadata.get("namespace") else "namespace"
+        )
+        validate_log_replicas_exist(kind, manifest, self.log_replicas)
         if self.job_name:
             name = self.job_name
         else:
@@ -456,17 +470,21 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         """Poll until ``check_job`` says the wait is over, copying the leader's new log lines each time."""
         forwarder = LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log)
         last_state: JobState | None = None
+        # Once seen running, a later suspension is not "not started yet" (an MPIJob's conditions can't tell).
+        seen_running = False
         while True:
             job = hook.get_job(ref.kind, ref.name, ref.namespace)
             forwarder.forward()
-            if outcome := check_job(ref, job, now=time.time(), startup_deadline=startup_deadline):
+            seen_running = seen_running or (job is not None and has_run(job))
+            now = time.time()
+            if outcome := check_job(ref, job, now=now, startup_deadline=startup_deadline, has_run=seen_running):
                 forwarder.forward()
                 return outcome
             state = job_state(job or {})
             if state != last_state:
                 self.log.info("%s is %s", ref.title, describe_state(job or {}))
                 last_state = state
-            remaining = seconds_to_deadline(state, now=time.time(), startup_deadline=startup_deadline)
+            remaining = seconds_to_deadline(state, now=now, startup_deadline=startup_deadline, has_run=seen_running)
             time.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining + 0.1))
 
     # -- the ending, shared by both modes -------------------------------------------------------------

@@ -142,28 +142,56 @@ def test_execution_deadline_not_reached_yet(load_yaml, ref):
     assert check_job(ref, load_yaml("status/pytorchjob-running.yaml"), now=NOW, execution_deadline=NOW + 0.5) is None
 
 
+def never_ran_but_suspended(load_yaml):
+    """Created suspended (a queueing system such as Kueue admits it later): it never ran."""
+    job = load_yaml("status/pytorchjob-suspended.yaml")
+    job["status"]["conditions"] = [c for c in job["status"]["conditions"] if c["type"] != "Running"]
+    return job
+
+
 @pytest.mark.parametrize(
-    "fixture",
-    ["status/pytorchjob-suspended.yaml", "manifests/pytorchjob.yaml"],
-    ids=["suspended", "no status yet"],
+    ("job_of", "state"),
+    [(never_ran_but_suspended, "suspended"), (lambda load: load("manifests/pytorchjob.yaml"), "queued")],
+    ids=["suspended before it ever ran", "no status yet"],
 )
-def test_startup_deadline_times_out_a_job_that_never_started(load_yaml, ref, fixture):
-    job = load_yaml(fixture)
+def test_startup_deadline_times_out_a_job_that_never_started(load_yaml, ref, job_of, state):
+    job = job_of(load_yaml)
     job.setdefault("metadata", {})["uid"] = UID
 
     outcome = check_job(ref, job, now=NOW, startup_deadline=NOW - 1)
 
     assert outcome is not None
     assert outcome["status"] == TIMEOUT
-    assert outcome["state"] == "queued"
+    assert outcome["state"] == state
     assert outcome["message"].startswith(
-        "PyTorchJob kubeflow/pytorch-simple did not start within startup_timeout; last state: queued"
+        f"PyTorchJob kubeflow/pytorch-simple did not start within startup_timeout; last state: {state}"
     )
 
 
 @pytest.mark.parametrize("fixture", ["status/pytorchjob-running.yaml", "status/pytorchjob-restarting.yaml"])
 def test_startup_deadline_no_longer_applies_once_the_job_runs(load_yaml, ref, fixture):
     assert check_job(ref, load_yaml(fixture), now=NOW, startup_deadline=NOW - 3600) is None
+
+
+def test_a_job_suspended_after_it_ran_is_not_timed_out_by_the_startup_limit(load_yaml, ref):
+    """Hours of training, then SuspendTrainingJobOperator (or a preemption): still the same job, waited for."""
+    job = load_yaml("status/pytorchjob-suspended.yaml")
+
+    assert check_job(ref, job, now=NOW, startup_deadline=NOW - 3600) is None
+    assert seconds_to_deadline(JobState.SUSPENDED, now=NOW, startup_deadline=NOW - 3600, has_run=True) is None
+    # The task's execution_timeout still bounds the wait.
+    outcome = check_job(ref, job, now=NOW, startup_deadline=NOW - 3600, execution_deadline=NOW - 1)
+    assert outcome is not None
+    assert outcome["status"] == TIMEOUT
+    assert "execution_timeout; last state: suspended (Suspended" in outcome["message"]
+
+
+def test_a_waiter_that_saw_the_job_run_tells_check_job(load_yaml, ref):
+    """An MPIJob's conditions cannot tell a suspension after running from one before: the waiter can."""
+    job = never_ran_but_suspended(load_yaml)
+
+    assert check_job(ref, job, now=NOW, startup_deadline=NOW - 1, has_run=True) is None
+    assert check_job(ref, job, now=NOW, startup_deadline=NOW - 1)["status"] == TIMEOUT
 
 
 def test_make_outcome_carries_the_job_summary(load_yaml, ref):
@@ -200,6 +228,7 @@ def test_make_outcome_carries_the_job_summary(load_yaml, ref):
         (JobState.QUEUED, NOW + 30, None, 30.0),
         (JobState.QUEUED, NOW - 5, NOW + 600, 0.0),
         (JobState.SUCCEEDED, NOW + 30, NOW - 100, 0.0),
+        (JobState.SUSPENDED, NOW + 30, NOW + 600, 30.0),
     ],
     ids=[
         "queued: startup first",
@@ -211,6 +240,7 @@ def test_make_outcome_carries_the_job_summary(load_yaml, ref):
         "queued: only startup",
         "passed deadline: no negative sleep",
         "passed execution deadline",
+        "suspended, not known to have run: startup first",
     ],
 )
 def test_seconds_to_deadline(state, startup, execution, expected):

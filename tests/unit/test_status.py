@@ -16,6 +16,7 @@ from airflow_provider_disttrain.status import (
     JobState,
     describe_state,
     failure_condition,
+    has_run,
     job_result,
     job_state,
     newest_true_condition,
@@ -67,7 +68,7 @@ SEQUENCES = [
     (
         "suspended before it ever ran",
         [condition("Created", "True", T0), condition("Suspended", "True", T1)],
-        JobState.QUEUED,
+        JobState.SUSPENDED,
     ),
     (
         "suspended while running: Running flipped to False",
@@ -76,7 +77,7 @@ SEQUENCES = [
             condition("Running", "False", T2, reason="PyTorchJobSuspended"),
             condition("Suspended", "True", T2),
         ],
-        JobState.QUEUED,
+        JobState.SUSPENDED,
     ),
     (
         "resumed: Suspended flipped to False, then Running again",
@@ -183,7 +184,7 @@ def test_newer_timestamp_beats_list_order():
     [
         ("status/pytorchjob-running.yaml", JobState.RUNNING),
         ("status/pytorchjob-restarting.yaml", JobState.RUNNING),
-        ("status/pytorchjob-suspended.yaml", JobState.QUEUED),
+        ("status/pytorchjob-suspended.yaml", JobState.SUSPENDED),
         ("status/pytorchjob-succeeded.yaml", JobState.SUCCEEDED),
         ("status/pytorchjob-failed.yaml", JobState.FAILED),
         ("status/mpijob-succeeded.yaml", JobState.SUCCEEDED),
@@ -279,7 +280,7 @@ def test_result_of_a_running_job_has_no_completion_or_duration(load_yaml):
 def test_result_of_a_suspended_job_has_no_start_time_and_empty_replica_counts(load_yaml):
     result = job_result(load_yaml("status/pytorchjob-suspended.yaml"), "PyTorchJob")
 
-    assert result["state"] == "queued"
+    assert result["state"] == "suspended"
     assert result["start_time"] is None
     assert result["duration_seconds"] is None
     assert result["replica_statuses"] == {
@@ -350,7 +351,7 @@ def test_result_drops_condition_keys_the_operator_did_not_set():
         ),
         (
             "status/pytorchjob-suspended.yaml",
-            "queued (Suspended - PyTorchJobSuspended: PyTorchJob pytorch-simple is suspended.)",
+            "suspended (Suspended - PyTorchJobSuspended: PyTorchJob pytorch-simple is suspended.)",
         ),
         (
             "status/pytorchjob-failed.yaml",
@@ -441,3 +442,57 @@ def test_newest_true_condition_of_a_job_without_conditions_is_none():
 )
 def test_parse_time_reads_rfc3339_and_tolerates_garbage(value, expected):
     assert parse_time(value) == expected
+
+
+# -- has_run: whether the startup limit still applies ------------------------------------------------------
+
+HAS_RUN = [
+    ("just created", [condition("Created", "True", T0)], False),
+    ("running", [condition("Created", "True", T0), condition("Running", "True", T1)], True),
+    ("restarting", [condition("Created", "True", T0), condition("Restarting", "True", T1)], True),
+    ("created suspended (a queueing system holds it)", [condition("Suspended", "True", T0)], False),
+    (
+        # The training-operator flips Running to False only when it was running.
+        "suspended after it ran (training-operator)",
+        [
+            condition("Created", "True", T0),
+            condition("Running", "False", T2, reason="PyTorchJobSuspended"),
+            condition("Suspended", "True", T2),
+        ],
+        True,
+    ),
+    (
+        "resumed, pods not up again yet",
+        [
+            condition("Created", "True", T0),
+            condition("Running", "False", T2, reason="PyTorchJobSuspended"),
+            condition("Suspended", "False", T3, reason="PyTorchJobResumed"),
+        ],
+        True,
+    ),
+    (
+        # The mpi-operator writes Running=False on every suspension, whether or not the job ran.
+        "suspended MPIJob: Running=False MPIJobSuspended says nothing",
+        [
+            condition("Created", "True", T0, reason="MPIJobCreated"),
+            condition("Suspended", "True", T1, reason="MPIJobSuspended"),
+            condition("Running", "False", T1, reason="MPIJobSuspended"),
+        ],
+        False,
+    ),
+    ("succeeded", [condition("Succeeded", "True", T4)], True),
+    ("failed before any pod ran", [condition("Failed", "True", T4)], True),
+]
+
+
+@pytest.mark.parametrize(("conditions", "expected"), [row[1:] for row in HAS_RUN], ids=[row[0] for row in HAS_RUN])
+def test_has_run(conditions, expected):
+    assert has_run(job_with(*conditions)) is expected
+
+
+def test_the_real_suspended_pytorchjob_has_run_and_reads_as_suspended(load_yaml):
+    job = load_yaml("status/pytorchjob-suspended.yaml")
+
+    assert has_run(job)
+    assert job_state(job) is JobState.SUSPENDED
+    assert describe_state(job).startswith("suspended (Suspended - PyTorchJobSuspended")
