@@ -29,13 +29,7 @@ from airflow_provider_disttrain.links import TrainingJobLink
 from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import JobParameters, RunPolicy, build_manifest, set_identity
 from airflow_provider_disttrain.manifest.loading import MANIFEST_EXTENSIONS, load_manifest
-from airflow_provider_disttrain.manifest.pod_validation import validate_resources_parameter, validate_size_limit
-from airflow_provider_disttrain.manifest.validation import (
-    max_job_name_length,
-    validate_log_replicas_exist,
-    validate_manifest,
-    validate_namespace,
-)
+from airflow_provider_disttrain.manifest.validation import max_job_name_length, validate_manifest
 from airflow_provider_disttrain.naming import (
     TASK_INSTANCE_LABEL,
     generate_job_name,
@@ -219,9 +213,6 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         # Parameters that are not templated are checked and packed now, so a typo fails at parse time.
         self.num_workers = _positive_int(num_workers, "num_workers")
         self.gpus_per_replica = _positive_int(gpus_per_replica, "gpus_per_replica", minimum=0)
-        validate_resources_parameter(self.job_kind, resources)
-        if shm_size is not None:
-            validate_size_limit(shm_size, "shm_size")
         self.builder_options: dict[str, Any] = {
             "resources": resources,
             "gpus_per_replica": self.gpus_per_replica,
@@ -285,10 +276,6 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         manifest = build_manifest(kind, load_manifest(self.job_manifest), self.job_parameters())
         metadata = manifest.get("metadata") or {}
         namespace = self.namespace or metadata.get("namespace") or default_namespace
-        validate_namespace(
-            namespace, "metadata.namespace" if not self.namespace and metadata.get("namespace") else "namespace"
-        )
-        validate_log_replicas_exist(kind, manifest, self.log_replicas)
         if self.job_name:
             name = self.job_name
         else:
