@@ -365,8 +365,8 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
     created = parse_time(job["metadata"]["creationTimestamp"])
     assert created is not None
     assert trigger.startup_deadline == created.timestamp() + 1800
-    # The trigger reports the task's timeout 15 s before the scheduler would enforce it.
-    assert trigger.execution_deadline == started.timestamp() + 7200 - 15
+    # Airflow 3 does not time a deferred task out by its execution_timeout: the trigger enforces it.
+    assert trigger.execution_deadline == started.timestamp() + 7200
     assert trigger.poll_interval == 7.0
     assert trigger.delete_on_kill is False
     assert (trigger.kubernetes_conn_id, trigger.cluster_context) == ("k8s", "ctx")
@@ -519,8 +519,8 @@ def test_execute_complete_of_a_job_that_vanished() -> None:
 @pytest.mark.parametrize(("delete_on_timeout", "deleted"), [(True, True), (False, False)])
 def test_a_deferral_timed_out_by_the_scheduler_deletes_the_job(delete_on_timeout: bool, deleted: bool) -> None:
     hook = FakeTrainingJobHook()
-    hook.add_job(make_job("train-abc", uid="uid-1", status=running_status()))
     ti = FakeTI()
+    hook.add_job(make_job("train-abc", uid="uid-1", status=running_status(), labels=our_labels(ti)))
     ti.xcoms.update(job_name="train-abc", job_namespace="default")
 
     with pytest.raises(TaskDeferralTimeout):
