@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.manifest.pod_validation import env_entries
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_VOLUME = "dshm"
@@ -54,7 +55,8 @@ class JobParameters:
     image: str | None = None
     command: Sequence[str] | None = None
     args: Sequence[str] | None = None
-    env: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    env: Mapping[str, Any] | Sequence[Mapping[str, Any] | str] | None = None
+    """A mapping, a list of ``"NAME=value"`` strings or a list of EnvVar mappings (``env_entries``)."""
     num_workers: int | None = None
     resources: Mapping[str, Any] | None = None
     """Container resources for every replica, or a mapping of replica type to resources."""
@@ -93,12 +95,6 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def _env_list(env: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    if isinstance(env, Mapping):
-        return [{"name": str(name), "value": str(value)} for name, value in env.items()]
-    return [dict(item) for item in env]
-
-
 def _merge_by_name(existing: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[Any]:
     """Merge lists of named objects (env, volumes, mounts): a new entry replaces the same-named one."""
     new_names = {item.get("name") for item in new}
@@ -111,7 +107,8 @@ def _resources_for(params: JobParameters, replica_type: str, kind: JobKind) -> d
         if set(params.resources) <= _RESOURCE_KEYS:
             resources = copy.deepcopy(dict(params.resources))
         else:
-            resources = copy.deepcopy(dict(params.resources.get(replica_type) or {}))
+            by_type = {kind.canonical_replica_type(key) or key: value for key, value in params.resources.items()}
+            resources = copy.deepcopy(dict(by_type.get(replica_type) or {}))
     gets_gpus = replica_type != kind.builder_leader_replica or kind.leader_gets_accelerators
     if params.gpus_per_replica is not None and gets_gpus:
         resources.setdefault("limits", {})[GPU_RESOURCE] = params.gpus_per_replica
@@ -196,7 +193,7 @@ def _apply_to_replica(kind: JobKind, replica_type: str, replica: dict[str, Any],
         if params.args is not None:
             container["args"] = list(params.args)
     if params.env is not None:
-        container["env"] = _merge_by_name(container.get("env", []), _env_list(params.env))
+        container["env"] = _merge_by_name(container.get("env", []), env_entries(params.env))
     resources = _resources_for(params, replica_type, kind)
     if resources:
         container["resources"] = deep_merge(container.get("resources", {}), resources)

@@ -8,11 +8,13 @@ mistake that silently breaks a job, is checked here with an error naming the fie
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.kinds import JOB_KINDS, JobKind
+from airflow_provider_disttrain.manifest.kube_rules import namespace_problem
+from airflow_provider_disttrain.manifest.pod_validation import validate_pod_spec
 from airflow_provider_disttrain.naming import MAX_NAME_LENGTH, is_dns1035_label, is_label_value
 
 _CLEAN_POD_POLICIES = frozenset({"All", "Running", "None"})
@@ -112,12 +114,6 @@ def _validate_container(kind: JobKind, pod_spec: Mapping[str, Any], field: str) 
             value = container.get(key)
             if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
                 raise InvalidJobSpecError(f"{label}.{key}", f"must be a list of strings, got {value!r}")
-        # The resource name contains dots, so it cannot go through the dotted-path helper.
-        gpus = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
-        if gpus is not None and not str(gpus).isdigit():
-            raise InvalidJobSpecError(
-                f"{label}.resources.limits.nvidia.com/gpu", f"must be a whole number, got {gpus!r}"
-            )
 
 
 def _unknown_replica_type(kind: JobKind, replica_type: str) -> str:
@@ -161,6 +157,7 @@ def _validate_replicas(kind: JobKind, manifest: Mapping[str, Any]) -> None:
         template = _require_mapping(replica.get("template"), f"{replica_field}.template")
         pod_spec = _require_mapping(template.get("spec"), f"{replica_field}.template.spec")
         _validate_container(kind, pod_spec, f"{replica_field}.template.spec")
+        validate_pod_spec(pod_spec, f"{replica_field}.template.spec")
 
 
 def _validate_spec_fields(kind: JobKind, manifest: Mapping[str, Any]) -> None:
@@ -211,14 +208,53 @@ def _validate_spec_fields(kind: JobKind, manifest: Mapping[str, Any]) -> None:
             _require_int(elastic["maxRestarts"], "spec.elasticPolicy.maxRestarts", 0)
 
 
+def validate_namespace(namespace: Any, field: str = "namespace") -> None:
+    if problem := namespace_problem(namespace):
+        raise InvalidJobSpecError(field, problem)
+
+
+def _validate_kind(kind: JobKind, manifest: Mapping[str, Any]) -> None:
+    given, api_version = manifest.get("kind"), manifest.get("apiVersion")
+    if given != kind.kind:
+        problem = f"the manifest is a {given!r} ({api_version}), but this operator submits {kind.kind}s"
+        if other := JOB_KINDS.get(str(given)):
+            problem += f"; submit it with TrainingJobOperator(kind={other.kind!r})"
+        else:
+            problem += f"; the provider submits Kubeflow training jobs: {', '.join(JOB_KINDS)}"
+        raise InvalidJobSpecError("kind", problem)
+    if api_version != kind.api_version:
+        raise InvalidJobSpecError("apiVersion", f"{api_version!r} does not match {kind.kind} ({kind.api_version})")
+
+
+def validate_log_replicas_exist(
+    kind: JobKind, manifest: Mapping[str, Any], log_replicas: str | Sequence[str], field: str = "log_replicas"
+) -> None:
+    """Each replica named in ``log_replicas`` (``worker-1``, ``master``) must be one the job will have."""
+    if isinstance(log_replicas, str):
+        return  # leader / all / none, checked when the operator was built
+    names: set[str] = set()
+    described = []
+    for replica_type, count in replica_counts(kind, manifest).items():
+        canonical = kind.canonical_replica_type(replica_type) or replica_type
+        name = kind.replica_label_value(canonical)
+        names.add(name)
+        if canonical in kind.unindexed_replicas:
+            described.append(name)  # e.g. the MPI launcher: its pod has no replica index
+            continue
+        names.update(f"{name}-{index}" for index in range(count))
+        described.append(f"{name}-0" if count == 1 else f"{name}-0 ... {name}-{count - 1}")
+    for wanted in log_replicas:
+        if str(wanted).lower() not in names:
+            raise InvalidJobSpecError(
+                field, f"{wanted!r} names no replica of this {kind.kind}; it has {', '.join(sorted(described))}"
+            )
+
+
 def validate_manifest(kind: JobKind, manifest: Mapping[str, Any]) -> None:
     """Raise ``InvalidJobSpecError`` naming the first field the operators would reject."""
-    if manifest.get("apiVersion") != kind.api_version:
-        raise InvalidJobSpecError(
-            "apiVersion", f"{manifest.get('apiVersion')!r} does not match {kind.kind} ({kind.api_version})"
-        )
-    if manifest.get("kind") != kind.kind:
-        raise InvalidJobSpecError("kind", f"{manifest.get('kind')!r} does not match {kind.kind}")
+    _validate_kind(kind, manifest)
+    if (namespace := _get(manifest, "metadata.namespace")) is not None:
+        validate_namespace(namespace, "metadata.namespace")
     _require_mapping(manifest.get("spec"), "spec")
     _validate_replicas(kind, manifest)
     _validate_spec_fields(kind, manifest)

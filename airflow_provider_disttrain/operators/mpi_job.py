@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_disttrain.manifest.pod_validation import validate_resources
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
@@ -54,6 +55,10 @@ class MPIJobOperator(TrainingJobOperator):
             )
         if (worker_resources or launcher_resources) and kwargs.get("resources"):
             raise ValueError("resources: give either resources or worker_resources/launcher_resources, not both")
+        # Checked under their own names: once packed below, an error would name "resources.Worker".
+        for field, requirements in (("worker_resources", worker_resources), ("launcher_resources", launcher_resources)):
+            if requirements:
+                validate_resources(requirements, field)
         if worker_resources or launcher_resources:
             kwargs["resources"] = {
                 replica: dict(resources)

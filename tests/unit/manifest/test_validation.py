@@ -115,7 +115,13 @@ PYTORCH_RULES = [
         "'kubeflow.org/v1beta1' does not match PyTorchJob (kubeflow.org/v1)",
     ),
     ("missing apiVersion", _set("apiVersion", None), "apiVersion", "None does not match PyTorchJob"),
-    ("wrong kind", _set("kind", "TFJob"), "kind", "'TFJob' does not match PyTorchJob"),
+    (
+        "wrong kind",
+        _set("kind", "TFJob"),
+        "kind",
+        "the manifest is a 'TFJob' (kubeflow.org/v1), but this operator submits PyTorchJobs; "
+        "submit it with TrainingJobOperator(kind='TFJob')",
+    ),
     ("no spec", _set("spec", None), "spec", "must be a mapping, got NoneType"),
     ("spec is a list", _set("spec", []), "spec", "must be a mapping, got list"),
     (
@@ -200,13 +206,13 @@ PYTORCH_RULES = [
         "fractional gpu limit",
         _worker_container(resources={"limits": {"nvidia.com/gpu": "1.5"}}),
         f"{WORKER_CONTAINER}.resources.limits.nvidia.com/gpu",
-        "must be a whole number, got '1.5'",
+        "must be an integer, got '1.5'",
     ),
     (
         "negative gpu limit",
         _worker_container(resources={"limits": {"nvidia.com/gpu": -1}}),
         f"{WORKER_CONTAINER}.resources.limits.nvidia.com/gpu",
-        "must be a whole number, got -1",
+        "must be greater than or equal to 0, got -1",
     ),
     ("no name", _set("metadata.name", None), "metadata.name", "is required"),
     (

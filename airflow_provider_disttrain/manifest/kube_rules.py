@@ -1,0 +1,224 @@
+"""Kubernetes' own rules for values the API server checks only when the Kubeflow operator creates pods.
+
+A training job is a custom resource: its pod templates are stored as they are, and the API server
+applies the pod rules only when the operator creates the pods, long after the task submitted the job.
+These are ports of the Go code that enforces them (Kubernetes v1.36), so a job that would be refused
+there is refused here, before anything is sent. Pure functions: strings in, errors (or values) out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+
+# -- quantities -----------------------------------------------------------------------------------------
+# k8s.io/apimachinery/pkg/api/resource/quantity.go (parseQuantityString, ParseQuantity) and
+# suffix.go (newSuffixer): <sign>?<digits>[.<digits>]<suffix>, where the suffix is a binary-SI one
+# (Ki..Ei), a decimal-SI one (n u m "" k M G T P E) or a decimal exponent e<int>/E<int>. The Go parser
+# also takes "-", "." and "1.G"-like oddities as zero, but the CRDs' generated schema pattern for
+# every Quantity field rejects those at create time, so the value must satisfy both: this regex is
+# that intersection (the schema pattern with the exponent narrowed to the integer strconv.ParseInt
+# accepts). Before parsing, the Quantity's JSON decoder trims surrounding whitespace, but the schema
+# pattern sees the raw string, so whitespace is refused too.
+_QUANTITY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:([KMGTPE]i)|([numkMGTPE])|[eE]([+-]?[0-9]+))?$")
+_BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_NANO = Decimal("1e-9")
+# Quantities are capped at the int64 range rather than refused (quantity.go, "The max is just a simple cap").
+_MAX_QUANTITY = Decimal(2**63 - 1)
+# Exact arithmetic for any value below the cap with nine decimals; exponents beyond +-100 only cap or round.
+_CONTEXT = Context(prec=60)
+_EXPONENT_LIMIT = 100
+QUANTITY_HELP = "a Kubernetes quantity such as '500m', '2', '16Gi', '1.5G' or '1e3'"
+
+
+def quantity_text(value: object) -> str | None:
+    """The text the API server will parse: a string as is, a number as its JSON form; None for other types."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def parse_quantity(value: object) -> Decimal | None:
+    """The quantity's value as the API server computes it, or None when the server would refuse it.
+
+    Like ``ParseQuantity``, values are rounded up (away from zero) to a multiple of 1n and capped at
+    2^63-1 in magnitude.
+    """
+    text = quantity_text(value)
+    if text is None:
+        return None
+    match = _QUANTITY.match(text)
+    if match is None:
+        return None
+    sign, number, binary, decimal_si, exponent = match.groups()
+    amount = Decimal(number if not number.endswith(".") else number[:-1] or "0")
+    if binary:
+        amount = _CONTEXT.multiply(amount, 2 ** _BINARY_SI[binary])
+    elif decimal_si:
+        amount = _CONTEXT.scaleb(amount, _DECIMAL_SI[decimal_si])
+    elif exponent:
+        amount = _CONTEXT.scaleb(amount, max(-_EXPONENT_LIMIT, min(_EXPONENT_LIMIT, int(exponent))))
+    amount = min(amount, _MAX_QUANTITY)
+    if amount != 0:
+        amount = amount.quantize(_NANO, rounding=ROUND_CEILING, context=_CONTEXT)
+    return -amount if sign == "-" else amount
+
+
+def quantity_problem(value: object) -> str | None:
+    """Why the API server would refuse ``value`` as a quantity, or None when it is one."""
+    if quantity_text(value) is None:
+        return f"must be {QUANTITY_HELP}, got {value!r} ({type(value).__name__})"
+    if parse_quantity(value) is None:
+        return f"{value!r} is not {QUANTITY_HELP} (suffixes are case-sensitive: Ki Mi Gi Ti Pi Ei, m k M G T P E)"
+    return None
+
+
+# -- names ----------------------------------------------------------------------------------------------
+# k8s.io/apimachinery/pkg/util/validation/validation.go.
+DNS1123_LABEL_MAX_LENGTH = 63
+DNS1123_SUBDOMAIN_MAX_LENGTH = 253
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+QUALIFIED_NAME_MAX_LENGTH = 63
+
+
+def is_dns1123_label(value: str) -> bool:
+    return len(value) <= DNS1123_LABEL_MAX_LENGTH and bool(_DNS1123_LABEL.match(value))
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= DNS1123_SUBDOMAIN_MAX_LENGTH and bool(_DNS1123_SUBDOMAIN.match(value))
+
+
+def is_qualified_name(value: str) -> bool:
+    """``IsQualifiedName``: ``[prefix/]name``, the prefix a DNS-1123 subdomain, the name at most 63 characters."""
+    prefix, slash, name = value.rpartition("/")
+    if slash and (not prefix or not is_dns1123_subdomain(prefix) or prefix.count("/")):
+        return False
+    return len(name) <= QUALIFIED_NAME_MAX_LENGTH and bool(_QUALIFIED_NAME_PART.match(name))
+
+
+def namespace_problem(value: object) -> str | None:
+    """``ValidateNamespaceName`` (= ``NameIsDNSLabel``): why ``value`` cannot name a namespace, or None."""
+    if not isinstance(value, str) or not value:
+        return f"must be a non-empty string, got {value!r}"
+    if not is_dns1123_label(value):
+        return (
+            f"{value!r} is not a valid namespace name (a DNS-1123 label: at most 63 lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit)"
+        )
+    return None
+
+
+def env_name_problem(value: object) -> str | None:
+    """``IsRelaxedEnvVarName``: why the API server refuses ``value`` as an environment variable name.
+
+    Since Kubernetes 1.34 (RelaxedEnvironmentVariableValidation, GA and locked on; default on since
+    1.32) any printable ASCII character other than '=' is allowed; older clusters apply the stricter
+    C-identifier-like rule (``IsEnvVarName``) and may refuse a name this accepts.
+    """
+    if not isinstance(value, str) or not value:
+        return f"an environment variable name must be a non-empty string, got {value!r}"
+    if any(not (" " <= char <= "~") or char == "=" for char in value):
+        return f"{value!r}: an environment variable name must consist only of printable ASCII characters other than '='"
+    return None
+
+
+# -- container resources --------------------------------------------------------------------------------
+# k8s.io/kubernetes/pkg/apis/core/validation/validation.go (ValidateResourceRequirements,
+# validateContainerResourceName, ValidateResourceQuantityValue, validateResourceQuantityHugePageValue)
+# and pkg/apis/core/helper/helpers.go (IsNativeResource, IsExtendedResourceName, IsOvercommitAllowed).
+RESOURCE_REQUIREMENTS_FIELDS = frozenset({"limits", "requests", "claims"})
+_STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+_HUGEPAGES_PREFIX = "hugepages-"
+
+
+def is_native_resource(name: str) -> bool:
+    return "/" not in name or "kubernetes.io/" in name
+
+
+def is_extended_resource(name: str) -> bool:
+    return not is_native_resource(name) and not name.startswith("requests.") and is_qualified_name(f"requests.{name}")
+
+
+def is_hugepages(name: str) -> bool:
+    return name.startswith(_HUGEPAGES_PREFIX)
+
+
+def overcommit_allowed(name: str) -> bool:
+    """Requests may be below limits only for native resources other than hugepages (GPUs: request == limit)."""
+    return is_native_resource(name) and not is_hugepages(name)
+
+
+def resource_name_problem(name: object) -> str | None:
+    if not isinstance(name, str) or not is_qualified_name(name):
+        return f"{name!r} is not a valid resource name"
+    if "/" not in name:
+        if name not in _STANDARD_CONTAINER_RESOURCES and not is_hugepages(name):
+            return (
+                f"{name!r} is not a standard resource for containers (cpu, memory, ephemeral-storage, "
+                "hugepages-<size>; extended resources are domain-qualified, e.g. nvidia.com/gpu)"
+            )
+    elif not is_native_resource(name) and not is_extended_resource(name):
+        return f"{name!r} doesn't follow the extended resource name standard"
+    return None
+
+
+def resource_requirements_problems(resources: object) -> list[tuple[str, str]]:
+    """``(sub-field, problem)`` pairs the API server would report for a container's ``resources``.
+
+    Sub-fields are relative to ``resources``: ``limits.memory``, ``requests.nvidia.com/gpu``, ...
+    """
+    if not isinstance(resources, Mapping):
+        return [("", f"must be a mapping with limits/requests, got {resources!r}")]
+    problems: list[tuple[str, str]] = [
+        (str(key), "unknown field; ResourceRequirements has limits, requests and claims")
+        for key in resources
+        if key not in RESOURCE_REQUIREMENTS_FIELDS
+    ]
+    parsed: dict[str, dict[str, tuple[Decimal, object]]] = {}
+    for section in ("limits", "requests"):
+        entries = resources.get(section) or {}
+        if not isinstance(entries, Mapping):
+            problems.append((section, f"must be a mapping of resource name to quantity, got {entries!r}"))
+            continue
+        parsed[section] = {}
+        for name, value in entries.items():
+            field = f"{section}.{name}"
+            if problem := resource_name_problem(name) or quantity_problem(value):
+                problems.append((field, problem))
+                continue
+            amount = parse_quantity(value)
+            assert amount is not None
+            parsed[section][name] = (amount, value)
+            if amount < 0:
+                problems.append((field, f"must be greater than or equal to 0, got {value!r}"))
+            elif is_extended_resource(name) and amount != amount.to_integral_value(ROUND_FLOOR):
+                problems.append((field, f"must be an integer, got {value!r}"))
+            elif is_hugepages(name) and (page := parse_quantity(name[len(_HUGEPAGES_PREFIX) :])) and amount % page:
+                problems.append((field, f"{value!r} is not a positive integer multiple of {name}"))
+    limits, requests = parsed.get("limits", {}), parsed.get("requests", {})
+    for name, (request, asked) in requests.items():
+        field = f"requests.{name}"
+        if name not in limits:
+            if not overcommit_allowed(name):
+                problems.append(
+                    (f"limits.{name}", f"must be set (to the request, {asked!r}): {name} cannot be overcommitted")
+                )
+            continue
+        limit, given = limits[name]
+        if request != limit and not overcommit_allowed(name):
+            problems.append((field, f"{asked!r} must be equal to the {name} limit of {given!r}"))
+        elif request > limit:
+            problems.append((field, f"{asked!r} must be less than or equal to the {name} limit of {given!r}"))
+    names = set(limits) | set(requests)
+    if any(is_hugepages(name) for name in names) and not names & {"cpu", "memory"}:
+        problems.append(("", "hugepages require a cpu or memory request or limit"))
+    return problems

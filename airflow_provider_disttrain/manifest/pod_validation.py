@@ -1,0 +1,144 @@
+"""The pod rules the API server applies only when the Kubeflow operator creates a replica's pods.
+
+A job that breaks one of them is stored without complaint and then never runs: the operator's pod
+creation fails with a Warning event the task would only see as a job stuck in Created. Each rule
+here is Kubernetes' own (see ``kube_rules``), applied to every replica's pod template with the
+field's full path in the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError
+from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.manifest.kube_rules import (
+    RESOURCE_REQUIREMENTS_FIELDS,
+    env_name_problem,
+    is_dns1123_label,
+    parse_quantity,
+    quantity_problem,
+    resource_requirements_problems,
+)
+
+_CONTAINER_LISTS = ("initContainers", "containers")
+
+
+def _named(items: Any, field: str) -> list[Mapping[str, Any]]:
+    if items is None:
+        return []
+    if not isinstance(items, list) or not all(isinstance(item, Mapping) for item in items):
+        raise InvalidJobSpecError(field, f"must be a list of mappings, got {items!r}")
+    return items
+
+
+def validate_resources(resources: Any, field: str) -> None:
+    """Container ``resources``: names, quantities, requests against limits (GPUs: request == limit)."""
+    for sub_field, problem in resource_requirements_problems(resources):
+        raise InvalidJobSpecError(f"{field}.{sub_field}" if sub_field else field, problem)
+
+
+def validate_resources_parameter(kind: JobKind, resources: Any, field: str = "resources") -> None:
+    """The builder's ``resources``: one ResourceRequirements for every replica, or one per replica type."""
+    if resources is None:
+        return
+    if not isinstance(resources, Mapping):
+        raise InvalidJobSpecError(field, f"must be a mapping, got {resources!r}")
+    if set(resources) <= RESOURCE_REQUIREMENTS_FIELDS:
+        validate_resources(resources, field)
+        return
+    for replica, requirements in resources.items():
+        if kind.canonical_replica_type(replica) is None:
+            raise InvalidJobSpecError(
+                f"{field}.{replica}",
+                f"is neither a {kind.kind} replica type ({', '.join(sorted(kind.replica_types))}) nor one of "
+                f"{', '.join(sorted(RESOURCE_REQUIREMENTS_FIELDS))}",
+            )
+        validate_resources(requirements, f"{field}.{replica}")
+
+
+def validate_size_limit(value: Any, field: str) -> None:
+    """An ``emptyDir.sizeLimit`` (what ``shm_size`` sets): a non-negative quantity."""
+    if problem := quantity_problem(value):
+        raise InvalidJobSpecError(field, problem)
+    amount = parse_quantity(value)
+    if amount is not None and amount < 0:
+        raise InvalidJobSpecError(field, f"must be greater than or equal to 0, got {value!r}")
+
+
+def validate_env(env: Any, field: str) -> None:
+    for index, entry in enumerate(_named(env, field)):
+        if problem := env_name_problem(entry.get("name")):
+            raise InvalidJobSpecError(f"{field}[{index}].name", problem)
+
+
+ENV_FORMS = "a mapping {NAME: value}, a list of 'NAME=value' strings, or a list of Kubernetes EnvVar mappings"
+
+
+def env_entries(env: Any, field: str = "env") -> list[dict[str, Any]]:
+    """The ``env`` parameter as Kubernetes EnvVar dicts, each name checked.
+
+    A list may mix ``"NAME=value"`` strings (as ``docker run -e`` and compose files write them; the
+    value is everything after the first '=') with EnvVar mappings (``valueFrom`` and all).
+    """
+    if isinstance(env, Mapping):
+        named = [(f"{field}.{name}", {"name": str(name), "value": str(value)}) for name, value in env.items()]
+    elif isinstance(env, (list, tuple)):
+        named = []
+        for index, item in enumerate(env):
+            if isinstance(item, str):
+                name, equals, value = item.partition("=")
+                if not equals:
+                    raise InvalidJobSpecError(
+                        f"{field}[{index}]",
+                        f"{item!r} has no '=': write '{item}=value' (a variable cannot be passed through from "
+                        "the worker's environment, as docker's -e NAME does)",
+                    )
+                named.append((f"{field}[{index}]", {"name": name, "value": value}))
+            elif isinstance(item, Mapping):
+                named.append((f"{field}[{index}]", dict(item)))
+            else:
+                raise InvalidJobSpecError(
+                    f"{field}[{index}]", f"expected 'NAME=value' or an EnvVar mapping, got {item!r}"
+                )
+    else:
+        raise InvalidJobSpecError(field, f"expected {ENV_FORMS}; got {type(env).__name__} {env!r}")
+    for entry_field, entry in named:
+        if problem := env_name_problem(entry.get("name")):
+            raise InvalidJobSpecError(entry_field, problem)
+    return [entry for _, entry in named]
+
+
+def _validate_volumes(pod_spec: Mapping[str, Any], field: str) -> set[str]:
+    names = set()
+    for index, volume in enumerate(_named(pod_spec.get("volumes"), f"{field}.volumes")):
+        name = volume.get("name")
+        label = f"{field}.volumes[{name or index}]"
+        if not isinstance(name, str) or not is_dns1123_label(name):
+            raise InvalidJobSpecError(f"{label}.name", f"{name!r} is not a DNS-1123 label")
+        names.add(name)
+        empty_dir = volume.get("emptyDir")
+        if isinstance(empty_dir, Mapping) and empty_dir.get("sizeLimit") is not None:
+            validate_size_limit(empty_dir["sizeLimit"], f"{label}.emptyDir.sizeLimit")
+    return names
+
+
+def validate_pod_spec(pod_spec: Mapping[str, Any], field: str) -> None:
+    """Raise ``InvalidJobSpecError`` for the first pod rule ``pod_spec`` breaks; ``field`` is its path."""
+    volumes = _validate_volumes(pod_spec, field)
+    for key in _CONTAINER_LISTS:
+        for index, container in enumerate(_named(pod_spec.get(key), f"{field}.{key}")):
+            name = container.get("name")
+            label = f"{field}.{key}[{name or index}]"
+            if not isinstance(name, str) or not is_dns1123_label(name):
+                raise InvalidJobSpecError(f"{label}.name", f"{name!r} is not a DNS-1123 label")
+            validate_env(container.get("env"), f"{label}.env")
+            if container.get("resources") is not None:
+                validate_resources(container["resources"], f"{label}.resources")
+            for mount in _named(container.get("volumeMounts"), f"{label}.volumeMounts"):
+                if (volume := mount.get("name")) not in volumes:
+                    raise InvalidJobSpecError(
+                        f"{label}.volumeMounts[{volume}]",
+                        f"mounts volume {volume!r}, which the pod does not have (volumes: {sorted(volumes)})",
+                    )

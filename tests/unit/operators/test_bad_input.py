@@ -1,0 +1,423 @@
+"""Bad input, as new users write it, fails with an error naming the field before anything is sent.
+
+Each row builds an operator (parameters, a manifest, or both) and runs it against the in-memory hook:
+the error must name the field (``InvalidJobSpecError.field``, or the ``field:`` prefix of the
+``ValueError`` a constructor raises) and the hook must have received no call at all. The look-alikes
+at the end are valid and must be submitted.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError
+from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from tests.unit.fakes import FakeTrainingJobHook, make_context, with_hook
+
+_LEADERS = {
+    "PyTorchJob": "Master",
+    "MPIJob": "Launcher",
+    "TFJob": "Chief",
+    "XGBoostJob": "Master",
+    "PaddleJob": "Master",
+}
+
+
+def manifest(kind: str, workers: int = 2) -> dict[str, Any]:
+    """A valid manifest of ``kind``: its leader (if any) and ``workers`` workers, one named container each."""
+    job_kind = JOB_KINDS[kind]
+    replicas = {_LEADERS[kind]: 1} if kind in _LEADERS else {}
+    replicas["Worker"] = workers
+    return {
+        "apiVersion": job_kind.api_version,
+        "kind": kind,
+        "metadata": {"name": "train"},
+        "spec": {
+            job_kind.replica_specs_key: {
+                replica: {
+                    "replicas": count,
+                    "template": {"spec": {"containers": [{"name": job_kind.container_name, "image": "trainer:1"}]}},
+                }
+                for replica, count in replicas.items()
+            }
+        },
+    }
+
+
+def changed(kind: str, change: Callable[[dict[str, Any]], Any], workers: int = 2) -> dict[str, Any]:
+    job = manifest(kind, workers)
+    change(job)
+    return job
+
+
+def pod(job: dict[str, Any], replica: str = "Worker") -> dict[str, Any]:
+    kind = JOB_KINDS[job["kind"]]
+    return job["spec"][kind.replica_specs_key][replica]["template"]["spec"]
+
+
+def main(job: dict[str, Any], replica: str = "Worker") -> dict[str, Any]:
+    return pod(job, replica)["containers"][0]
+
+
+def specs(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"][JOB_KINDS[job["kind"]].replica_specs_key]
+
+
+def path(kind: str, replica: str = "Worker") -> str:
+    job_kind = JOB_KINDS[kind]
+    return f"spec.{job_kind.replica_specs_key}.{replica}.template.spec"
+
+
+def container_path(kind: str, replica: str = "Worker") -> str:
+    return f"{path(kind, replica)}.containers[{JOB_KINDS[kind].container_name}]"
+
+
+PT, MPI, TF, XGB, PADDLE, JAX = "PyTorchJob", "MPIJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob"
+
+
+def operator(kind: str, **kwargs: Any) -> TrainingJobOperator:
+    # Not waiting: an input that is wrongly accepted fails the test at once instead of polling.
+    arguments: dict[str, Any] = {"task_id": "train", "wait_for_completion": False}
+    if "job_manifest" not in kwargs:
+        arguments.update(image="trainer:1", num_workers=2)
+    arguments.update(kwargs)
+    if kind == PT:
+        return PyTorchJobOperator(**arguments)
+    if kind == MPI:
+        return MPIJobOperator(**arguments)
+    return TrainingJobOperator(kind=kind, **arguments)
+
+
+# (story, operator kind, operator arguments, the field the error names)
+BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
+    # -- quantities: shm_size and resources, as parameters ------------------------------------------
+    ("shm_size in bytes units docker style", PT, {"shm_size": "16GB"}, "shm_size"),
+    ("shm_size in lower case", PT, {"shm_size": "16gi"}, "shm_size"),
+    ("shm_size with a space", PADDLE, {"shm_size": "8 Gi"}, "shm_size"),
+    ("shm_size negative", XGB, {"shm_size": "-1Gi"}, "shm_size"),
+    ("shm_size not a string or number", PT, {"shm_size": ["16Gi"]}, "shm_size"),
+    ("memory in GB", PT, {"resources": {"limits": {"memory": "8GB"}}}, "resources.limits.memory"),
+    ("cpu spelled out", TF, {"resources": {"limits": {"cpu": "two"}}}, "resources.limits.cpu"),
+    ("cpu negative", JAX, {"resources": {"requests": {"cpu": -1}}}, "resources.requests.cpu"),
+    (
+        "memory request above limit",
+        PT,
+        {"resources": {"requests": {"memory": "16Gi"}, "limits": {"memory": "8Gi"}}},
+        "resources.requests.memory",
+    ),
+    (
+        "cpu request above limit",
+        MPI,
+        {"resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2000m"}}},
+        "resources.requests.cpu",
+    ),
+    ("misspelt resource name", PT, {"resources": {"limits": {"memroy": "8Gi"}}}, "resources.limits.memroy"),
+    ("gpu without its domain", XGB, {"resources": {"limits": {"gpu": 1}}}, "resources.limits.gpu"),
+    ("fractional gpu", PT, {"resources": {"limits": {"nvidia.com/gpu": 0.5}}}, "resources.limits.nvidia.com/gpu"),
+    (
+        "gpu request without limit",
+        TF,
+        {"resources": {"requests": {"nvidia.com/gpu": 1}}},
+        "resources.limits.nvidia.com/gpu",
+    ),
+    (
+        "gpu request below limit",
+        PT,
+        {"resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}},
+        "resources.requests.nvidia.com/gpu",
+    ),
+    (
+        "per-replica memory malformed",
+        PT,
+        {"resources": {"Worker": {"limits": {"memory": "1 Gi"}}}},
+        "resources.Worker.limits.memory",
+    ),
+    (
+        "resources for a replica the kind lacks",
+        JAX,
+        {"resources": {"Master": {"limits": {"cpu": "1"}}}},
+        "resources.Master",
+    ),
+    ("resources for a misspelt replica", PT, {"resources": {"Workers": {"limits": {"cpu": "1"}}}}, "resources.Workers"),
+    (
+        "mpi worker memory malformed",
+        MPI,
+        {"worker_resources": {"limits": {"memory": "4gb"}}},
+        "worker_resources.limits.memory",
+    ),
+    (
+        "mpi launcher cpu above limit",
+        MPI,
+        {"launcher_resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
+        "launcher_resources.requests.cpu",
+    ),
+    ("gpus_per_replica negative", PT, {"gpus_per_replica": -1}, "gpus_per_replica"),
+    # -- environment variables -------------------------------------------------------------------------
+    ("env name with '='", PT, {"env": {"MODE=fast": "1"}}, "env.MODE=fast"),
+    ("env name empty", TF, {"env": {"": "1"}}, "env."),
+    ("env name non-ASCII", XGB, {"env": {"GRÖSSE": "1"}}, "env.GRÖSSE"),
+    ("env docker style without '='", PT, {"env": ["EPOCHS=3", "DEBUG"]}, "env[1]"),
+    ("env docker style empty name", PADDLE, {"env": ["=3"]}, "env[0]"),
+    ("env as one string", PT, {"env": "EPOCHS=3"}, "env"),
+    ("env entry without a name", MPI, {"env": [{"value": "1"}]}, "env[0]"),
+    ("env entry neither string nor mapping", JAX, {"env": [("EPOCHS", "3")]}, "env[0]"),
+    # -- namespaces -------------------------------------------------------------------------------------
+    ("namespace with an underscore", PT, {"namespace": "ml_team"}, "namespace"),
+    ("namespace in upper case", MPI, {"namespace": "ML"}, "namespace"),
+    ("namespace with a dot", TF, {"namespace": "team.ml"}, "namespace"),
+    ("namespace too long", XGB, {"namespace": "n" * 64}, "namespace"),
+    (
+        "manifest namespace invalid",
+        PT,
+        {"job_manifest": changed(PT, lambda m: m["metadata"].update(namespace="Team_A"))},
+        "metadata.namespace",
+    ),
+    # -- log_replicas -----------------------------------------------------------------------------------
+    ("log a worker beyond the count", PT, {"log_replicas": ["worker-2"]}, "log_replicas"),
+    ("log a replica type the kind lacks", PT, {"log_replicas": ["chief-0"]}, "log_replicas"),
+    ("log a second master", XGB, {"log_replicas": ["master-1"]}, "log_replicas"),
+    ("log the mpi launcher by index", MPI, {"log_replicas": ["launcher-0"]}, "log_replicas"),
+    ("log a jax master", JAX, {"log_replicas": ["master"]}, "log_replicas"),
+    ("log_replicas misspelt keyword", PT, {"log_replicas": "leaders"}, "log_replicas"),
+    ("log a manifest's missing PS", TF, {"job_manifest": manifest(TF), "log_replicas": ["ps-0"]}, "log_replicas"),
+    # -- a manifest of another kind ------------------------------------------------------------------
+    ("an MPIJob given to the PyTorchJob operator", PT, {"job_manifest": manifest(MPI)}, "kind"),
+    ("a PyTorchJob given to the MPIJob operator", MPI, {"job_manifest": manifest(PT)}, "kind"),
+    ("a TFJob given as an XGBoostJob", XGB, {"job_manifest": manifest(TF)}, "kind"),
+    (
+        "a Deployment",
+        PT,
+        {"job_manifest": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}, "spec": {}}},
+        "kind",
+    ),
+    (
+        "a PyTorchJob of a wrong version",
+        PT,
+        {"job_manifest": changed(PT, lambda m: m.update(apiVersion="kubeflow.org/v2"))},
+        "apiVersion",
+    ),
+    # -- pod rules in manifests, every kind -----------------------------------------------------------
+    (
+        "env name with '=' in a manifest",
+        XGB,
+        {"job_manifest": changed(XGB, lambda m: main(m).update(env=[{"name": "A=B", "value": "1"}]))},
+        f"{container_path(XGB)}.env[0].name",
+    ),
+    (
+        "env as strings inside a manifest",
+        TF,
+        {"job_manifest": changed(TF, lambda m: main(m).update(env=["A=1"]))},
+        f"{container_path(TF)}.env",
+    ),
+    (
+        "request above limit in a manifest",
+        PADDLE,
+        {
+            "job_manifest": changed(
+                PADDLE, lambda m: main(m).update(resources={"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}})
+            )
+        },
+        f"{container_path(PADDLE)}.resources.requests.memory",
+    ),
+    (
+        "malformed sizeLimit in a manifest",
+        JAX,
+        {
+            "job_manifest": changed(
+                JAX,
+                lambda m: pod(m).update(
+                    volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1 G"}}]
+                ),
+            )
+        },
+        f"{path(JAX)}.volumes[dshm].emptyDir.sizeLimit",
+    ),
+    (
+        "launcher gpu fractional in a manifest",
+        MPI,
+        {
+            "job_manifest": changed(
+                MPI, lambda m: main(m, "Launcher").update(resources={"limits": {"nvidia.com/gpu": "1.5"}})
+            )
+        },
+        "spec.mpiReplicaSpecs.Launcher.template.spec.containers[mpi].resources.limits.nvidia.com/gpu",
+    ),
+    (
+        "a sidecar named in upper case",
+        TF,
+        {"job_manifest": changed(TF, lambda m: pod(m)["containers"].append({"name": "Sidecar_1", "image": "s:1"}))},
+        f"{path(TF)}.containers[Sidecar_1].name",
+    ),
+    (
+        "a mount of a volume the pod lacks",
+        PT,
+        {"job_manifest": changed(PT, lambda m: main(m).update(volumeMounts=[{"name": "data", "mountPath": "/data"}]))},
+        f"{container_path(PT)}.volumeMounts[data]",
+    ),
+    (
+        "init container env name empty",
+        PT,
+        {
+            "job_manifest": changed(
+                PT, lambda m: pod(m).update(initContainers=[{"name": "fetch", "image": "f:1", "env": [{"name": ""}]}])
+            )
+        },
+        f"{path(PT)}.initContainers[fetch].env[0].name",
+    ),
+    (
+        "hugepages without cpu or memory",
+        PT,
+        {"job_manifest": changed(PT, lambda m: main(m).update(resources={"limits": {"hugepages-2Mi": "4Mi"}}))},
+        f"{container_path(PT)}.resources",
+    ),
+    (
+        "limits written as a list",
+        XGB,
+        {"job_manifest": changed(XGB, lambda m: main(m).update(resources={"limits": ["cpu=1"]}))},
+        f"{container_path(XGB)}.resources.limits",
+    ),
+    # -- replica types ------------------------------------------------------------------------------------
+    (
+        "a TFJob with both Chief and Master",
+        TF,
+        {"job_manifest": changed(TF, lambda m: specs(m).update(Master=copy.deepcopy(specs(m)["Chief"])))},
+        "spec.tfReplicaSpecs",
+    ),
+    (
+        "a TFJob with two Masters",
+        TF,
+        {"job_manifest": changed(TF, lambda m: specs(m).update(Master=dict(specs(m).pop("Chief"), replicas=2)))},
+        "spec.tfReplicaSpecs.Master.replicas",
+    ),
+    (
+        "an MPIJob launcher in lower case",
+        MPI,
+        {"job_manifest": changed(MPI, lambda m: specs(m).update(launcher=specs(m).pop("Launcher")))},
+        "spec.mpiReplicaSpecs.launcher",
+    ),
+    (
+        "a PyTorchJob worker given twice",
+        PT,
+        {"job_manifest": changed(PT, lambda m: specs(m).update(worker=copy.deepcopy(specs(m)["Worker"])))},
+        "spec.pytorchReplicaSpecs.worker",
+    ),
+    # -- other parameters -----------------------------------------------------------------------------
+    ("job name with an underscore", PT, {"job_name": "train_1"}, "metadata.name"),
+    ("no workers", PT, {"num_workers": 0}, "num_workers"),
+    ("if_exists misspelt", TF, {"job_name": "t", "if_exists": "overwrite"}, "if_exists"),
+    ("clean pod policy in lower case", PT, {"clean_pod_policy": "all"}, "spec.runPolicy.cleanPodPolicy"),
+    (
+        "elastic range inverted",
+        PT,
+        {"elastic_policy": {"min_replicas": 4, "max_replicas": 2}},
+        "spec.elasticPolicy.minReplicas",
+    ),
+    ("mpi implementation in lower case", MPI, {"mpi_implementation": "openmpi"}, "mpi_implementation"),
+]
+
+
+def test_the_table_covers_every_kind_and_enough_mistakes():
+    assert len(BAD_INPUTS) >= 50
+    assert {kind for _, kind, _, _ in BAD_INPUTS} == set(JOB_KINDS)
+
+
+@pytest.mark.parametrize(("story", "kind", "arguments", "field"), BAD_INPUTS, ids=[row[0] for row in BAD_INPUTS])
+def test_bad_input_names_its_field_before_anything_is_sent(story, kind, arguments, field):
+    hook = FakeTrainingJobHook(namespace="ml")
+
+    with pytest.raises(ValueError) as raised:
+        with_hook(operator(kind, **copy.deepcopy(arguments)), hook).execute(make_context())
+
+    if isinstance(raised.value, InvalidJobSpecError):
+        assert raised.value.field == field
+    assert str(raised.value).startswith(f"{field}: "), str(raised.value)
+    assert hook.api_calls() == []
+
+
+def test_a_manifest_of_another_kind_is_named_by_its_kind():
+    hook = FakeTrainingJobHook()
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        with_hook(operator(PT, job_manifest=manifest(MPI)), hook).execute(make_context())
+
+    assert "MPIJob" in raised.value.problem
+    assert "TrainingJobOperator(kind='MPIJob')" in raised.value.problem
+
+
+# -- valid look-alikes are submitted ------------------------------------------------------------------
+
+GOOD_INPUTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("shm_size in Gi", PT, {"shm_size": "16Gi"}),
+    ("shm_size in decimal units and fractions", TF, {"shm_size": "1.5G"}),
+    ("shm_size as an exponent", XGB, {"shm_size": "1e9"}),
+    (
+        "cpu in millicores, memory request below limit",
+        PT,
+        {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": 2, "memory": "2Gi"}}},
+    ),
+    (
+        "gpu request equal to limit",
+        MPI,
+        {"worker_resources": {"requests": {"nvidia.com/gpu": 2}, "limits": {"nvidia.com/gpu": "2"}}},
+    ),
+    ("per-replica resources in lower case", PT, {"resources": {"worker": {"limits": {"memory": "4Gi"}}}}),
+    ("env docker style, value holding '='", PT, {"env": ["EPOCHS=3", "FLAGS=--lr=0.1", "EMPTY="]}),
+    ("env names with dots and dashes", PADDLE, {"env": {"my.env-name": "1", "MyEnvName1": "2"}}),
+    (
+        "env mixing strings and EnvVar mappings",
+        JAX,
+        {"env": ["A=1", {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
+    ),
+    ("namespace with digits and dashes", PT, {"namespace": "ml-team-2"}),
+    ("log named replicas", PT, {"log_replicas": ["master-0", "worker-1", "worker"]}),
+    ("log the mpi launcher and a worker", MPI, {"log_replicas": ["launcher", "worker-1"]}),
+    (
+        "a TFJob with a Master",
+        TF,
+        {"job_manifest": changed(TF, lambda m: specs(m).update(Master=specs(m).pop("Chief")))},
+    ),
+    (
+        "a PyTorchJob in lower case",
+        PT,
+        {
+            "job_manifest": changed(
+                PT, lambda m: specs(m).update(master=specs(m).pop("Master"), worker=specs(m).pop("Worker"))
+            )
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("story", "kind", "arguments"), GOOD_INPUTS, ids=[row[0] for row in GOOD_INPUTS])
+def test_valid_look_alikes_are_submitted(story, kind, arguments):
+    hook = FakeTrainingJobHook(namespace="ml")
+
+    with_hook(operator(kind, **copy.deepcopy(arguments)), hook).execute(make_context())
+
+    assert hook.called("create_job")
+
+
+def test_docker_style_env_becomes_env_vars():
+    hook = FakeTrainingJobHook()
+
+    with_hook(operator(PT, env=["EPOCHS=3", "FLAGS=--lr=0.1"]), hook).execute(make_context())
+
+    env = main(hook.submitted_manifest())["env"]
+    assert env == [{"name": "EPOCHS", "value": "3"}, {"name": "FLAGS", "value": "--lr=0.1"}]
+
+
+def test_per_replica_resources_written_in_lower_case_reach_their_replica():
+    hook = FakeTrainingJobHook()
+
+    with_hook(operator(PT, resources={"worker": {"limits": {"memory": "4Gi"}}}), hook).execute(make_context())
+
+    submitted = hook.submitted_manifest()
+    assert main(submitted)["resources"] == {"limits": {"memory": "4Gi"}}
+    assert "resources" not in main(submitted, "Master")
