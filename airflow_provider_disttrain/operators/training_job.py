@@ -39,6 +39,7 @@ from airflow_provider_disttrain.manifest.validation import (
 from airflow_provider_disttrain.naming import (
     TASK_INSTANCE_LABEL,
     generate_job_name,
+    task_instance_key,
     task_instance_labels,
 )
 from airflow_provider_disttrain.outcome import JobRef, check_job, seconds_to_deadline
@@ -52,9 +53,12 @@ if TYPE_CHECKING:
 IF_EXISTS_CHOICES = ("reattach", "fail", "replace")
 DELETE_ON_FINISH_CHOICES = ("never", "succeeded", "always")
 STATE_STORE_KEY = "disttrain_job"
-# The scheduler times a deferred task out at start_date + execution_timeout; the trigger reports the
-# timeout this much earlier so the task can still delete the job and explain itself.
-_DEFERRED_TIMEOUT_MARGIN = timedelta(seconds=15)
+# Airflow 3 (through 3.3) does not time a deferred task out by its execution_timeout: the execution API
+# sets the deferral's trigger_timeout only from the ``timeout`` given to ``defer``. The trigger enforces
+# execution_timeout (its execution_deadline); the deferral timeout, this much later, is a backstop for a
+# trigger that never reports (triggerer down), so the job is still deleted. The scheduler looks for
+# timed-out deferrals every [scheduler] trigger_timeout_check_interval (15 s by default).
+DEFERRAL_BACKSTOP = timedelta(minutes=2)
 
 
 def _seconds(value: timedelta | float | int | None, field: str) -> float | None:
@@ -350,10 +354,12 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
-            ref = self._ref_from_xcom(context)
-            if ref and self.delete_on_timeout:
-                self.log.warning("Deferral timed out: deleting %s", ref.title)
-                self.hook.delete_job(ref.kind, ref.name, ref.namespace)
+            if self.delete_on_timeout and (job := self._own_job_from_xcom(context)):
+                metadata = job["metadata"]
+                self.log.warning(
+                    "Deferral timed out: deleting %s %s/%s", self.kind, metadata["namespace"], metadata["name"]
+                )
+                self.hook.delete_job(self.kind, metadata["name"], metadata["namespace"], uid=metadata.get("uid"))
             raise
 
     def on_kill(self) -> None:
@@ -445,12 +451,13 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             return None
         start = getattr(context["ti"], "start_date", None)
         started = start.timestamp() if start else time.time()
-        return started + (self.execution_timeout - _DEFERRED_TIMEOUT_MARGIN).total_seconds()
+        return started + self.execution_timeout.total_seconds()
 
     def _defer(self, hook: TrainingJobHook, startup_deadline: float | None, context: Context) -> None:
         from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
         assert self._job_ref is not None
+        execution_deadline = self._execution_deadline(context)
         self.defer(
             trigger=TrainingJobTrigger(
                 kind=self.kind,
@@ -458,13 +465,16 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 namespace=self._job_ref.namespace,
                 uid=self._job_ref.uid,
                 startup_deadline=startup_deadline,
-                execution_deadline=self._execution_deadline(context),
+                execution_deadline=execution_deadline,
                 poll_interval=self.poll_interval,
                 delete_on_kill=self.delete_on_kill,
                 **hook.trigger_connection_args(),
             ),
             method_name="execute_complete",
             kwargs={"job_uid": self._job_ref.uid},
+            timeout=None
+            if execution_deadline is None
+            else timedelta(seconds=max(0.0, execution_deadline - time.time())) + DEFERRAL_BACKSTOP,
         )
 
     def _wait(self, hook: TrainingJobHook, ref: JobRef, startup_deadline: float | None) -> dict[str, Any]:
@@ -529,8 +539,12 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     def _is_last_try(self, context: Context) -> bool:
         return context["ti"].try_number > (self.retries or 0)
 
-    def _ref_from_xcom(self, context: Context) -> JobRef | None:
+    def _own_job_from_xcom(self, context: Context) -> dict[str, Any] | None:
+        """The job this task instance created, named in its XComs; None if that name now holds another's job."""
         ti = context["ti"]
         name = ti.xcom_pull(task_ids=ti.task_id, key="job_name", map_indexes=ti.map_index)
         namespace = ti.xcom_pull(task_ids=ti.task_id, key="job_namespace", map_indexes=ti.map_index)
-        return JobRef(self.kind, name, namespace) if name and namespace else None
+        job = self.hook.get_job(self.kind, name, namespace) if name and namespace else None
+        labels = (job or {}).get("metadata", {}).get("labels") or {}
+        own = labels.get(TASK_INSTANCE_LABEL) == task_instance_key(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+        return job if own else None
