@@ -1,7 +1,7 @@
-"""Asynchronous Kubernetes I/O for the trigger, on top of the cncf provider's ``AsyncKubernetesHook``.
+"""Asynchronous Kubernetes I/O for the triggerer, on top of the cncf provider's ``AsyncKubernetesHook``.
 
-A trigger opens one ``AsyncJobClient`` for its whole life (one aiohttp session), instead of building
-a client on every poll: hundreds of deferred training tasks share one triggerer.
+``AsyncJobClient`` holds the single-object calls (get, delete) bound to an API client: the shared
+watch's client for a trigger's reads (``hooks.shared_watch``), a short-lived one for ``on_kill``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from kubernetes_asyncio import client as async_client
-from kubernetes_asyncio import watch as async_watch
 
 from airflow_provider_disttrain.hooks.api_errors import api_status, delete_body, retry_transient
 from airflow_provider_disttrain.kinds import JobKind
@@ -34,38 +33,6 @@ class AsyncJobClient:
             if api_status(error) == 404:
                 return None
             raise
-
-    async def watch_job(
-        self,
-        kind: JobKind,
-        name: str,
-        namespace: str,
-        *,
-        resource_version: str | None,
-        timeout_seconds: int,
-    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """``(event type, job)`` pairs for this one job until the server ends the watch.
-
-        Raises the client's ``ApiException`` with status 410 when ``resource_version`` is too old.
-        """
-        watcher = async_watch.Watch()
-        kwargs: dict[str, Any] = {
-            "field_selector": f"metadata.name={name}",
-            "timeout_seconds": timeout_seconds,
-            "allow_watch_bookmarks": True,
-        }
-        if resource_version:
-            kwargs["resource_version"] = resource_version
-        async with watcher.stream(
-            self._custom.list_namespaced_custom_object,
-            kind.group,
-            kind.version,
-            namespace,
-            kind.plural,
-            **kwargs,
-        ) as stream:
-            async for event in stream:
-                yield str(event["type"]), event.get("raw_object") or event["object"]
 
     @retry_transient(attempts=3)
     async def delete_job(self, kind: JobKind, name: str, namespace: str, uid: str | None = None) -> bool:

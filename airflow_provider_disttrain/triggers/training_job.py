@@ -1,30 +1,58 @@
-"""The trigger that watches one training job from the triggerer.
+"""The trigger that waits for one training job from the triggerer.
 
-It watches the single object (field selector on its name), resumes from the last resourceVersion,
-relists on 410 Gone, and falls back to polling when the watch is refused or keeps breaking. It never
-raises out of ``run()``: every outcome is one event, ``{"status": "success" | "failed" | "timeout" |
-"error", ...}``, carrying the job's summary and a message. Deadlines are absolute epoch seconds, so a
-trigger that is moved to another triggerer keeps the same ones.
+All triggers of one triggerer share one watch per (cluster, kind, namespace): they subscribe to
+``hooks.shared_watch``, which lists and watches the jobs the provider created (by their label) and
+wakes a trigger when its job changes. A job without that label (a sensor on a name) is followed
+through a watch of its own name. The trigger only judges what it is shown: it never raises out of
+``run()``; every outcome is one event, ``{"status": "success" | "failed" | "timeout" | "error", ...}``,
+carrying the job's summary and a message. Deadlines are absolute epoch seconds, so a trigger that is
+moved to another triggerer keeps the same ones, and each trigger wakes at its own deadline even when
+nothing changes on the server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, is_transient
-from airflow_provider_disttrain.kinds import JobKind, get_job_kind
-from airflow_provider_disttrain.outcome import ERROR, JobRef, check_job, make_outcome, seconds_to_deadline
+from airflow_provider_disttrain.hooks.api_errors import describe_error
+from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, check_job, make_outcome, seconds_to_deadline
 from airflow_provider_disttrain.status import JobState, job_state
 
-_WATCH_FAILURES_BEFORE_POLLING = 3
-_POLLS_BEFORE_RETRYING_WATCH = 30
+if TYPE_CHECKING:
+    from airflow_provider_disttrain.hooks.shared_watch import Subscription, WatchProblem
+
+PROVIDER_JOB_LABEL = TASK_INSTANCE_LABEL
+"""Every job the provider creates carries it; the shared watch selects on its presence."""
+PROVIDER_JOB_SELECTOR = PROVIDER_JOB_LABEL
 _ACCESS_DENIED_GRACE_SECONDS = 30.0
 _KILL_TIMEOUT_SECONDS = 30
+
+
+def _labels(job: Mapping[str, Any]) -> Mapping[str, str]:
+    return (job.get("metadata") or {}).get("labels") or {}
+
+
+def _access_denied_message(title: str, problem: WatchProblem) -> str:
+    """Which refusal it is: bad credentials (401) or missing RBAC permission (403)."""
+    error = problem.error
+    detail = f"{getattr(error, 'reason', '') or ''}".strip() or describe_error(error)
+    if problem.status == 401:
+        return (
+            f"the API server rejected the connection's credentials while watching {title} "
+            f"(401 {detail}), even after reloading them (exec plugin or token file); check the "
+            "connection's kubeconfig and that its token can still be issued"
+        )
+    return (
+        f"the API server refused access to {title} (403 {detail}); check the connection's RBAC Role "
+        "(it needs get, list and watch on the job kind)"
+    )
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -109,12 +137,7 @@ class TrainingJobTrigger(BaseTrigger):
         # Imported here so that loading the trigger class (the UI does) does not import kubernetes_asyncio.
         from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
 
-        return AsyncTrainingJobHook(
-            conn_id=self.kubernetes_conn_id,
-            cluster_context=self.cluster_context,
-            config_dict=self.config_dict,
-            connection_extras=self.connection_extras,
-        )
+        return AsyncTrainingJobHook(**self._connection())
 
     def _check(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
         return check_job(
@@ -133,116 +156,112 @@ class TrainingJobTrigger(BaseTrigger):
             execution_deadline=self.execution_deadline,
         )
 
+    def _connection(self) -> dict[str, Any]:
+        """What identifies the cluster and how to reach it: the hook's arguments."""
+        return {
+            "conn_id": self.kubernetes_conn_id,
+            "cluster_context": self.cluster_context,
+            "config_dict": self.config_dict,
+            "connection_extras": self.connection_extras,
+        }
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
-            outcome = await self._watch_until_done()
+            outcome = await self._wait_until_done()
         except Exception as error:  # The triggerer must always get an event, never a traceback.
             self.log.exception("Watching %s failed", self.ref.title)
             outcome = make_outcome(self.ref, ERROR, f"watching {self.ref.title} failed: {error!r}")
         yield TriggerEvent(outcome)
 
-    async def _watch_until_done(self) -> dict[str, Any]:
-        kind = get_job_kind(self.kind)
-        resource_version: str | None = None
-        job: dict[str, Any] | None = None
-        watch_failures = 0  # watch requests that broke since the last one that ended normally
-        errors = 0  # failed requests in a row, for the backoff
-        failing_since: float | None = None
-        polls = 0  # reads since falling back to polling
-        seen_job = False  # the credentials have worked at least once
-        denied_since: float | None = None
-        async with self._hook().job_client() as jobs:
-            while True:
-                watching = False
-                try:
-                    job = await jobs.get_job(kind, self.name, self.namespace)
-                    seen_job = True
-                    failing_since = None
-                    errors = 0
-                    if outcome := self._check(job):
-                        return outcome
-                    assert job is not None  # _check returned an outcome for a missing job
-                    resource_version = (job.get("metadata") or {}).get("resourceVersion")
-                    if watch_failures >= _WATCH_FAILURES_BEFORE_POLLING:
-                        await self._sleep(self.poll_interval, job_state(job))
-                        polls += 1
-                        denied_since = None
-                        if polls >= _POLLS_BEFORE_RETRYING_WATCH:  # the proxy or server may be fixed by now
-                            watch_failures = polls = 0
-                        continue
-                    watching = True
-                    outcome = await self._follow_watch(jobs, kind, resource_version, job_state(job))
-                    if outcome:
-                        return outcome
-                    watch_failures = 0
-                    denied_since = None
-                except Exception as error:
-                    status = api_status(error)
-                    if status == 410:
-                        # The resourceVersion is too old: relist (the get at the loop's top) and rewatch.
-                        resource_version = None
-                        continue
-                    if status in (401, 403):
-                        # Refused after it was allowed: an API server that just restarted answers 403
-                        # until its RBAC caches sync, so that gets a short grace; a first refusal is final.
-                        denied_since = denied_since or time.time()
-                        if seen_job and time.time() - denied_since < _ACCESS_DENIED_GRACE_SECONDS:
-                            self.log.warning("Watching %s: %s; retrying", self.ref.title, describe_error(error))
-                            await asyncio.sleep(1)
-                            continue
-                        return make_outcome(
-                            self.ref,
-                            ERROR,
-                            f"the API server refused access to {self.ref.title} ({status} "
-                            f"{getattr(error, 'reason', '') or error}); check the connection's RBAC Role",
-                            job,
-                        )
-                    if not is_transient(error):
-                        # Not an outage (a 404 of the resource type, a malformed reply): retrying won't help.
-                        return make_outcome(
-                            self.ref, ERROR, f"watching {self.ref.title} failed: {describe_error(error)}", job
-                        )
-                    now = time.time()
-                    failing_since = failing_since or now
-                    errors += 1
-                    if watching:  # only a broken watch counts towards polling, not a failed read
-                        watch_failures += 1
-                    if now - failing_since >= self.api_failure_tolerance:
-                        return make_outcome(
-                            self.ref,
-                            ERROR,
-                            f"lost contact with the API server for {now - failing_since:.0f}s while "
-                            f"watching {self.ref.title}: {describe_error(error)}",
-                            job,
-                        )
-                    self.log.warning("Watching %s: %s; retrying", self.ref.title, describe_error(error))
-                    # The last job seen is still running; only a deadline can end the wait meanwhile.
-                    if job is not None and (outcome := self._check(job)):
-                        return outcome
-                    await self._sleep(
-                        min(self.poll_interval, 2.0 ** min(errors, 5)),
-                        job_state(job) if job else None,
-                    )
+    async def _wait_until_done(self) -> dict[str, Any]:
+        # Imported here so that loading the trigger class (the UI does) does not import the clients.
+        from airflow_provider_disttrain.hooks.shared_watch import subscribe
 
-    async def _follow_watch(
-        self, jobs: Any, kind: JobKind, resource_version: str | None, state: JobState
-    ) -> dict[str, Any] | None:
-        """Follow one watch request until the job finishes (its outcome) or the request ends (None)."""
-        remaining = self._remaining(state)
-        timeout = self.watch_timeout if remaining is None else max(1, min(self.watch_timeout, int(remaining) + 1))
-        async for event_type, obj in jobs.watch_job(
-            kind, self.name, self.namespace, resource_version=resource_version, timeout_seconds=timeout
-        ):
-            if event_type == "DELETED":
-                return make_outcome(self.ref, ERROR, f"{self.ref.title} was deleted outside this task", obj)
-            if event_type in ("ADDED", "MODIFIED") and (outcome := self._check(obj)):
+        kind = get_job_kind(self.kind)
+        options = {"watch_timeout": float(self.watch_timeout), "poll_interval": float(self.poll_interval)}
+        connection = self._connection()
+        async with subscribe(
+            connection, kind, self.namespace, self.name, label_selector=PROVIDER_JOB_SELECTOR, **options
+        ) as subscription:
+            outcome = await self._follow(subscription, labelled_only=True)
+        if outcome is not None:
+            return outcome
+        # Not one of the jobs the provider labels: follow it by name instead.
+        async with subscribe(
+            connection, kind, self.namespace, self.name, field_selector=f"metadata.name={self.name}", **options
+        ) as subscription:
+            outcome = await self._follow(subscription, labelled_only=False)
+        assert outcome is not None  # only a labelled-only follow hands over
+        return outcome
+
+    async def _follow(self, subscription: Subscription, *, labelled_only: bool) -> dict[str, Any] | None:
+        """Judge each view of the job until the wait is over (its outcome); None hands over to a name watch."""
+        looked_up = False
+        last_job: dict[str, Any] | None = None
+        while True:
+            entry = subscription.entry if subscription.synced else None
+            if entry is not None:
+                last_job = entry.job
+                if outcome := self._check(entry.job):
+                    return outcome
+                if entry.deleted:
+                    return make_outcome(self.ref, ERROR, f"{self.ref.title} was deleted outside this task", entry.job)
+            elif subscription.synced and not looked_up:
+                # Not (yet) in the watch's view: created after its last event, deleted, or not labelled.
+                looked_up = True
+                job = await subscription.read()
+                if job is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(job):
+                    return None
+                if outcome := self._check(job):
+                    return outcome
+                last_job = job
+            if outcome := self._judge_problem(subscription.problem, subscription.watch.ever_synced, last_job):
                 return outcome
-        # The request ended (server timeout, possibly a deadline): the caller relists and checks.
+            if outcome := self._check_deadline_unseen(last_job):
+                return outcome
+            await subscription.wait(self._next_wake(subscription.problem, last_job))
+
+    def _judge_problem(
+        self, problem: WatchProblem | None, had_access: bool, job: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """An error outcome when the watch's trouble has lasted longer than this trigger tolerates."""
+        if problem is None:
+            return None
+        error = problem.error
+        if problem.fatal:
+            return make_outcome(self.ref, ERROR, f"watching {self.ref.title} failed: {describe_error(error)}", job)
+        waited = time.time() - problem.since
+        if problem.denied:
+            # A first refusal is final; after access worked, a restarted API server gets a grace.
+            if had_access and waited < _ACCESS_DENIED_GRACE_SECONDS:
+                return None
+            return make_outcome(self.ref, ERROR, _access_denied_message(self.ref.title, problem), job)
+        if waited >= self.api_failure_tolerance:
+            return make_outcome(
+                self.ref,
+                ERROR,
+                f"lost contact with the API server for {waited:.0f}s while watching {self.ref.title}: "
+                f"{describe_error(error)}",
+                job,
+            )
         return None
 
-    async def _sleep(self, seconds: float, state: JobState | None) -> None:
-        remaining = self._remaining(state)
-        await asyncio.sleep(seconds if remaining is None else max(0.0, min(seconds, remaining)))
+    def _check_deadline_unseen(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The execution deadline still ends a wait whose job could not be read yet."""
+        if job is not None or self.execution_deadline is None or time.time() < self.execution_deadline:
+            return None
+        return make_outcome(
+            self.ref, TIMEOUT, f"{self.ref.title} did not finish within the task's execution_timeout", None
+        )
+
+    def _next_wake(self, problem: WatchProblem | None, job: dict[str, Any] | None) -> float | None:
+        """Seconds until this trigger must look again even if nothing changes: its next deadline."""
+        waits = [self._remaining(job_state(job) if job else None)]
+        if problem is not None and not problem.fatal:
+            limit = _ACCESS_DENIED_GRACE_SECONDS if problem.denied else self.api_failure_tolerance
+            waits.append(max(0.0, problem.since + limit - time.time()) + 0.01)
+        known = [wait for wait in waits if wait is not None]
+        return min(known) if known else None
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed, clear): delete the job it started."""

@@ -48,3 +48,16 @@ def load_yaml() -> Callable[[str], dict[str, Any]]:
 def fixture_file() -> Callable[[str], Path]:
     """``fixture_file("manifests/mpijob.yaml")``: the path of a fixture file."""
     return fixture_path
+
+
+@pytest.fixture
+async def apiserver(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fake Kubernetes API server on loopback (``tests/unit/fake_apiserver.py``), with short lingers."""
+    from airflow_provider_disttrain.hooks import shared_watch
+    from tests.unit.fake_apiserver import FakeApiServer
+
+    monkeypatch.setattr(shared_watch, "LINGER_SECONDS", 0.05)
+    server = FakeApiServer()
+    await server.start()
+    yield server
+    await server.stop()

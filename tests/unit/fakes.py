@@ -3,8 +3,8 @@
 * ``FakeTrainingJobHook``: an in-memory stand-in for ``TrainingJobHook``'s public methods, for the
   operator, sensor and DAG-run tests. Jobs live in a dict; each ``get_job`` moves a job one step along
   the status progression the test scripted, the way the training-operator would between two polls.
-* ``ScriptedJobClient`` and ``FakeAsyncHook``: the trigger's ``AsyncJobClient`` and the hook that opens
-  it, replaying scripted answers (objects or exceptions) to ``get_job`` and ``watch_job``.
+* ``InMemoryWatches``: the trigger's shared watch over the same in-memory jobs (the watch itself is
+  tested against ``tests/unit/fake_apiserver.py``, a small API server speaking HTTP on loopback).
 * ``FakeTI`` and ``FakeStateStore``: the parts of the task context the operators read.
 
 Statuses and jobs are plain dicts shaped like the API server's JSON, with fresh copies on every call.
@@ -439,88 +439,52 @@ def make_context(ti: FakeTI | None = None, store: FakeStateStore | None = None) 
     return context
 
 
-# -- the trigger's async client ---------------------------------------------------------------------------
+# -- the trigger's shared watch ----------------------------------------------------------------------
 
 
-class ScriptedJobClient:
-    """``AsyncJobClient`` replaying a script.
+class InMemoryWatches:
+    """``hooks.shared_watch.subscribe`` over a ``FakeTrainingJobHook``, for operator and DAG-run tests.
 
-    :param gets: answers to successive ``get_job`` calls, each a job dict, None (not found) or an
-        exception to raise; the last answer repeats once the script is used up.
-    :param watches: one entry per ``watch_job`` request: a list of ``(type, job)`` events, after which the
-        request ends, or an exception raised when the request starts. Items of an event list may also
-        be exceptions, raised mid-stream. Once used up, a request yields nothing and ends.
-    :param hold: seconds each watch request stays open after its events (the API server holds a watch
-        until ``timeout_seconds``), so a test waiting for a deadline does not spin.
+    Each time the trigger looks at its subscription it reads the in-memory job (moving it one step
+    along its progression, as between two watch events); ``wait`` returns after a short pause, as a
+    watch delivering the next change would. The watch itself is tested against a fake API server in
+    ``tests/unit/hooks/test_shared_watch.py``.
     """
 
-    def __init__(self, gets: Iterable[Any] = (), watches: Iterable[Any] = (), hold: float = 0.0) -> None:
-        self.gets = list(gets)
-        self.watches = list(watches)
-        self.hold = hold
-        self.get_calls: list[tuple[Any, ...]] = []
-        self.watch_calls: list[dict[str, Any]] = []
-        self.delete_calls: list[tuple[Any, ...]] = []
-        self.calls: list[str] = []
-        self._last_get: Any = None
-
-    async def get_job(self, kind: Any, name: str, namespace: str) -> dict[str, Any] | None:
-        self.calls.append("get")
-        self.get_calls.append((kind, name, namespace))
-        answer = self.gets.pop(0) if self.gets else self._last_get
-        self._last_get = answer
-        if isinstance(answer, BaseException):
-            raise answer
-        return copy.deepcopy(answer)
-
-    async def watch_job(
-        self, kind: Any, name: str, namespace: str, *, resource_version: str | None, timeout_seconds: int
-    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        self.calls.append("watch")
-        self.watch_calls.append(
-            {
-                "kind": kind,
-                "name": name,
-                "namespace": namespace,
-                "resource_version": resource_version,
-                "timeout_seconds": timeout_seconds,
-            }
-        )
-        script = self.watches.pop(0) if self.watches else []
-        if isinstance(script, BaseException):
-            raise script
-        for item in script:
-            if isinstance(item, BaseException):
-                raise item
-            event_type, obj = item
-            yield event_type, copy.deepcopy(obj)
-        if self.hold:
-            await asyncio.sleep(min(self.hold, timeout_seconds))
-
-    async def delete_job(self, kind: Any, name: str, namespace: str, uid: str | None = None) -> bool:
-        self.calls.append("delete")
-        self.delete_calls.append((kind, name, namespace, uid))
-        return True
-
-
-class FakeAsyncHook:
-    """``AsyncTrainingJobHook`` whose ``job_client()`` yields the given client and counts the openings."""
-
-    def __init__(self, client: Any, enter_error: BaseException | None = None) -> None:
-        self.client = client
-        self.enter_error = enter_error
-        self.opened = 0
-        self.closed = 0
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.subscriptions: list[tuple[str, str, str]] = []
 
     @contextlib.asynccontextmanager
-    async def job_client(self) -> AsyncIterator[Any]:
-        self.opened += 1
-        if self.enter_error is not None:
-            raise self.enter_error
-        try:
-            yield self.client
-        finally:
-            self.closed += 1
+    async def subscribe(
+        self, connection: Mapping[str, Any], kind: Any, namespace: str, name: str, **options: Any
+    ) -> AsyncIterator[Any]:
+        self.subscriptions.append((kind.kind, namespace, name))
+        yield _InMemorySubscription(self.cluster, kind, namespace, name)
+
+
+class _InMemorySubscription:
+    synced = True
+    problem = None
+
+    def __init__(self, cluster: Any, kind: Any, namespace: str, name: str) -> None:
+        from types import SimpleNamespace
+
+        self.cluster, self.kind, self.namespace, self.name = cluster, kind, namespace, name
+        self.watch = SimpleNamespace(ever_synced=True)
+
+    @property
+    def entry(self) -> Any:
+        from airflow_provider_disttrain.hooks.shared_watch import CachedJob
+
+        job = self.cluster.get_job(self.kind, self.name, self.namespace)
+        return CachedJob(job) if job is not None else None
+
+    async def read(self) -> dict[str, Any] | None:
+        return self.cluster.get_job(self.kind, self.name, self.namespace)
+
+    async def wait(self, timeout: float | None) -> None:
+        await asyncio.sleep(0.01 if timeout is None else min(0.01, timeout))
 
 
 def epoch(offset: float = 0.0) -> float:

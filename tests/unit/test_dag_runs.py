@@ -6,24 +6,23 @@ process: it renders the templated fields (the manifest file goes through ``templ
 operator, stores its XComs, and hands the return value to the downstream task. For the deferrable
 run it serializes the trigger, rebuilds it from its classpath and kwargs, runs it, and resumes the
 task with the trigger's event. Only the Kubernetes calls are fake: both the sync hook and the trigger's
-async client read and write one in-memory cluster (``FakeTrainingJobHook``).
+shared watch read and write one in-memory cluster (``FakeTrainingJobHook``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.hooks import shared_watch
 from airflow_provider_disttrain.naming import DAG_ID_LABEL, RUN_ID_LABEL, TASK_ID_LABEL
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
-from tests.unit.fakes import FakeAsyncHook, FakeTrainingJobHook, queued_status, running_status, succeeded_status
+from tests.unit.fakes import FakeTrainingJobHook, InMemoryWatches, queued_status, running_status, succeeded_status
 
 MANIFEST = """\
 apiVersion: kubeflow.org/v1
@@ -74,39 +73,14 @@ with DAG(
 """
 
 
-class InMemoryAsyncJobClient:
-    """The trigger's ``AsyncJobClient`` over the same in-memory cluster as the sync hook."""
-
-    def __init__(self, cluster: FakeTrainingJobHook) -> None:
-        self.cluster = cluster
-        self.calls: list[str] = []
-
-    async def get_job(self, kind: Any, name: str, namespace: str) -> dict[str, Any] | None:
-        self.calls.append("get")
-        return self.cluster.get_job(kind, name, namespace)
-
-    async def watch_job(
-        self, kind: Any, name: str, namespace: str, *, resource_version: str | None, timeout_seconds: int
-    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """One change per watch request, then the request ends."""
-        self.calls.append("watch")
-        job = self.cluster.get_job(kind, name, namespace)
-        if job is not None:
-            yield "MODIFIED", copy.deepcopy(job)
-
-    async def delete_job(self, kind: Any, name: str, namespace: str, uid: str | None = None) -> bool:
-        self.calls.append("delete")
-        return self.cluster.delete_job(kind, name, namespace, uid=uid)
-
-
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeTrainingJobHook:
     """One in-memory cluster, behind every operator's sync hook and every trigger's async client."""
     fake = FakeTrainingJobHook(progression=[queued_status(), running_status(workers=2), succeeded_status(workers=2)])
     monkeypatch.setattr(TrainingJobOperator, "hook", property(lambda self: fake))
-    async_client = InMemoryAsyncJobClient(fake)
-    fake.async_client = async_client  # type: ignore[attr-defined]
-    monkeypatch.setattr(TrainingJobTrigger, "_hook", lambda self: FakeAsyncHook(async_client))
+    watches = InMemoryWatches(fake)
+    fake.watches = watches  # type: ignore[attr-defined]
+    monkeypatch.setattr(shared_watch, "subscribe", watches.subscribe)
     return fake
 
 
@@ -178,7 +152,7 @@ def test_a_sync_training_task_feeds_its_result_downstream(write_dag: Any, cluste
     check_run(dag_run, cluster, "disttrain_dag_test_sync")
     # The worker waited: three reads took the job from Created through Running to Succeeded.
     assert len(cluster.called("get_job")) == 3
-    assert cluster.async_client.calls == []  # type: ignore[attr-defined]
+    assert cluster.watches.subscriptions == []  # type: ignore[attr-defined]
 
 
 def test_a_deferred_training_task_resumes_from_its_trigger(write_dag: Any, cluster: FakeTrainingJobHook) -> None:
@@ -188,8 +162,8 @@ def test_a_deferred_training_task_resumes_from_its_trigger(write_dag: Any, clust
 
     check_run(dag_run, cluster, "disttrain_dag_test_deferrable")
     # The worker only submitted; the trigger, rebuilt from its serialized form, did the waiting.
-    assert cluster.async_client.calls[0] == "get"  # type: ignore[attr-defined]
-    assert "watch" in cluster.async_client.calls  # type: ignore[attr-defined]
+    submitted = [("PyTorchJob", namespace, name) for namespace, name in cluster.jobs]
+    assert cluster.watches.subscriptions == submitted  # type: ignore[attr-defined]
     assert cluster.api_calls()[:2] == ["find_jobs", "create_job"]
 
 

@@ -1,7 +1,6 @@
-"""``AsyncJobClient`` against a fake of kubernetes_asyncio's ``CustomObjectsApi``.
+"""``AsyncJobClient`` against a fake of kubernetes_asyncio's ``CustomObjectsApi``; the hook's config.
 
-The fake answers the list call of a watch with a streamed HTTP body (one JSON event per line), so the
-real ``kubernetes_asyncio.watch.Watch`` parses it, as it parses the API server's.
+Watching is the shared watch's (``tests/unit/hooks/test_shared_watch.py``, against a fake API server).
 """
 
 from __future__ import annotations
@@ -20,40 +19,18 @@ from airflow_provider_disttrain.hooks import async_training_job
 from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient, AsyncTrainingJobHook
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 from airflow_provider_disttrain.kinds import get_job_kind
-from tests.unit.fakes import make_job, running_status, succeeded_status
+from tests.unit.fakes import make_job
 
 PYTORCH = get_job_kind("PyTorchJob")
 
 
-class FakeStreamContent:
-    def __init__(self, lines: list[bytes]) -> None:
-        self.lines = list(lines)
-
-    async def readline(self) -> bytes:
-        return self.lines.pop(0) if self.lines else b""  # b"": the server ended the watch
-
-
-class FakeStreamResponse:
-    def __init__(self, lines: list[bytes]) -> None:
-        self.content = FakeStreamContent(lines)
-        self.released = False
-
-    def close(self) -> None:
-        self.released = True
-
-    def release(self) -> None:
-        self.released = True
-
-
 class FakeAsyncCustomObjectsApi:
-    """The three calls ``AsyncJobClient`` makes; each answer is a value or an exception to raise."""
+    """The two calls ``AsyncJobClient`` makes; each answer is a value or an exception to raise."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.get_answers: list[Any] = []
         self.delete_answers: list[Any] = []
-        self.watch_lines: list[bytes] = []
-        self.responses: list[FakeStreamResponse] = []
 
     @staticmethod
     def _answer(answers: list[Any]) -> Any:
@@ -69,17 +46,6 @@ class FakeAsyncCustomObjectsApi:
     async def delete_namespaced_custom_object(self, **kwargs: Any) -> Any:
         self.calls.append(("delete", (), kwargs))
         return self._answer(self.delete_answers)
-
-    async def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
-        """List or watch custom objects (no typed model: events carry plain dicts)."""
-        self.calls.append(("list", args, kwargs))
-        response = FakeStreamResponse(self.watch_lines)
-        self.responses.append(response)
-        return response
-
-
-def event_line(event_type: str, obj: dict[str, Any]) -> bytes:
-    return (json.dumps({"type": event_type, "object": obj}) + "\n").encode()
 
 
 @pytest.fixture(autouse=True)
@@ -173,55 +139,6 @@ async def test_delete_job_of_a_missing_or_replaced_job_is_false(
     api.delete_answers = [ApiException(status=status)]
 
     assert await jobs.delete_job(PYTORCH, "train-abc", "ml", uid="uid-1") is False
-
-
-async def test_watch_job_yields_event_types_and_raw_objects(
-    jobs: AsyncJobClient, api: FakeAsyncCustomObjectsApi
-) -> None:
-    running = make_job(namespace="ml", status=running_status(), resource_version="101")
-    done = make_job(namespace="ml", status=succeeded_status(), resource_version="102")
-    bookmark = {"kind": "PyTorchJob", "apiVersion": "kubeflow.org/v1", "metadata": {"resourceVersion": "103"}}
-    api.watch_lines = [event_line("MODIFIED", running), event_line("MODIFIED", done), event_line("BOOKMARK", bookmark)]
-
-    events = [
-        event async for event in jobs.watch_job(PYTORCH, "train-abc", "ml", resource_version="100", timeout_seconds=30)
-    ]
-
-    assert events == [("MODIFIED", running), ("MODIFIED", done), ("BOOKMARK", bookmark)]
-    [(_, args, kwargs)] = api.calls
-    assert args == ("kubeflow.org", "v1", "ml", "pytorchjobs")
-    assert kwargs == {
-        "field_selector": "metadata.name=train-abc",
-        "timeout_seconds": 30,
-        "allow_watch_bookmarks": True,
-        "resource_version": "100",
-        "watch": True,
-        "_preload_content": False,
-    }
-    assert api.responses[0].released
-
-
-async def test_watch_job_without_resource_version_starts_from_now(
-    jobs: AsyncJobClient, api: FakeAsyncCustomObjectsApi
-) -> None:
-    events = [e async for e in jobs.watch_job(PYTORCH, "train-abc", "ml", resource_version=None, timeout_seconds=5)]
-
-    assert events == []
-    assert "resource_version" not in api.calls[0][2]
-
-
-async def test_watch_job_raises_410_gone_for_a_stale_resource_version(
-    jobs: AsyncJobClient, api: FakeAsyncCustomObjectsApi
-) -> None:
-    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version: 100 (2000)"}
-    api.watch_lines = [event_line("ERROR", gone)]
-
-    with pytest.raises(ApiException) as raised:
-        async for _ in jobs.watch_job(PYTORCH, "train-abc", "ml", resource_version="100", timeout_seconds=30):
-            pass
-    assert raised.value.status == 410
-    # The trigger relists; the watch itself does not silently retry.
-    assert len(api.calls) == 1
 
 
 async def test_job_client_opens_one_connection_for_its_life(monkeypatch: pytest.MonkeyPatch) -> None:

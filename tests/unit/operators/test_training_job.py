@@ -28,6 +28,7 @@ from airflow_provider_disttrain.exceptions import (
     JobTimeoutError,
     TrainingJobError,
 )
+from airflow_provider_disttrain.hooks import shared_watch
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_labels
 from airflow_provider_disttrain.operators.training_job import STATE_STORE_KEY, TrainingJobOperator
 from airflow_provider_disttrain.outcome import ERROR, JobRef, make_outcome
@@ -36,11 +37,10 @@ from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import (
     FAILED_REASON,
     OOM_KILLED,
-    FakeAsyncHook,
     FakeStateStore,
     FakeTI,
     FakeTrainingJobHook,
-    ScriptedJobClient,
+    InMemoryWatches,
     failed_status,
     make_context,
     make_event,
@@ -81,15 +81,18 @@ def trigger_event(job: dict[str, Any] | None, **trigger_kwargs: Any) -> dict[str
     kwargs = {"kind": "PyTorchJob", "name": "train-abc", "namespace": "default", "uid": "uid-1", "poll_interval": 0.01}
     kwargs.update(trigger_kwargs)
     trigger = TrainingJobTrigger(**kwargs)
-    hook = FakeAsyncHook(ScriptedJobClient(gets=[job]))
-    trigger._hook = lambda: hook  # type: ignore[method-assign]
+    cluster = FakeTrainingJobHook()
+    if job is not None:
+        cluster.add_job(job)
 
     async def first_event() -> dict[str, Any]:
         async for event in trigger.run():
             return event.payload
         raise AssertionError("the trigger fired no event")
 
-    return asyncio.run(first_event())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shared_watch, "subscribe", InMemoryWatches(cluster).subscribe)
+        return asyncio.run(first_event())
 
 
 # -- sync mode ---------------------------------------------------------------------------------------------------

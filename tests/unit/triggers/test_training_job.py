@@ -1,8 +1,8 @@
-"""``TrainingJobTrigger``: serialization, and one event for every way a watch can end.
+"""``TrainingJobTrigger``: serialization, and one event for every way a wait can end.
 
-The async hook is replaced at the trigger's boundary (``trigger._hook``) by a fake whose
-``job_client()`` yields a ``ScriptedJobClient``; the trigger's own loop, deadlines and error handling run
-for real, with poll intervals of milliseconds.
+The trigger runs for real, with the real shared watch and kubernetes_asyncio client, against a fake
+API server on loopback (``tests/unit/fake_apiserver.py``) that the tests script: the job's changes,
+refusals, outages, deletions. Poll intervals (the watch's backoff cap) are tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ from typing import Any
 import pytest
 from airflow.sdk.module_loading import import_string
 from airflow.triggers.base import TriggerEvent
-from kubernetes_asyncio.client.exceptions import ApiException
 
 import airflow_provider_disttrain.triggers.training_job as trigger_module
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import (
     FAILED_MESSAGE,
     FAILED_REASON,
-    FakeAsyncHook,
-    ScriptedJobClient,
     epoch,
     failed_status,
     make_job,
@@ -37,49 +34,48 @@ EVENT_KEYS = {"status", "kind", "name", "namespace", "state", "message", "job"}
 RUN_TIMEOUT = 10.0
 
 
-def job(status: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
-    return make_job("train-abc", "ml", uid="uid-1", status=status, **kwargs)
+def job(status: dict[str, Any] | None = None, *, labelled: bool = True, uid: str = "uid-1") -> dict[str, Any]:
+    labels = {TASK_INSTANCE_LABEL: "abc123"} if labelled else {}
+    return make_job("train-abc", "ml", uid=uid, status=status, labels=labels)
 
 
-QUEUED = job(queued_status(), resource_version="10")
-RUNNING = job(running_status(), resource_version="11")
-SUCCEEDED = job(succeeded_status(), resource_version="12")
-FAILED = job(failed_status(), resource_version="12")
-
-
-def make_trigger(**overrides: Any) -> TrainingJobTrigger:
+def make_trigger(apiserver: Any, **overrides: Any) -> TrainingJobTrigger:
     kwargs: dict[str, Any] = {
         "kind": "PyTorchJob",
         "name": "train-abc",
         "namespace": "ml",
         "uid": "uid-1",
-        "poll_interval": 0.01,
+        "config_dict": apiserver.kubeconfig(),
+        "poll_interval": 0.05,
         "api_failure_tolerance": 60.0,
     }
     kwargs.update(overrides)
     return TrainingJobTrigger(**kwargs)
 
 
-def scripted(trigger: TrainingJobTrigger, client: ScriptedJobClient, **hook_kwargs: Any) -> FakeAsyncHook:
-    """Replace the trigger's hook by a fake that opens ``client``; returns the fake hook."""
-    hook = FakeAsyncHook(client, **hook_kwargs)
-    trigger._hook = lambda: hook  # type: ignore[method-assign]
-    return hook
-
-
-async def run_once(trigger: TrainingJobTrigger) -> dict[str, Any]:
+async def run_once(trigger: TrainingJobTrigger, timeout: float = RUN_TIMEOUT) -> dict[str, Any]:
     """The trigger's single event (it must fire exactly one, and never raise)."""
 
     async def collect() -> list[TriggerEvent]:
         return [event async for event in trigger.run()]
 
-    events = await asyncio.wait_for(collect(), RUN_TIMEOUT)
+    events = await asyncio.wait_for(collect(), timeout)
     assert len(events) == 1
     payload = events[0].payload
     assert set(payload) == EVENT_KEYS
-    assert (payload["kind"], payload["name"], payload["namespace"]) == ("PyTorchJob", "train-abc", "ml")
+    assert (payload["kind"], payload["name"], payload["namespace"]) == ("PyTorchJob", trigger.name, "ml")
     json.dumps(payload)  # it is stored in the metadata database
     return payload
+
+
+async def started(trigger: TrainingJobTrigger, apiserver: Any, watches: int = 1) -> asyncio.Task[dict[str, Any]]:
+    """Run the trigger in the background until ``watches`` watch requests are open on the server."""
+    task = asyncio.create_task(run_once(trigger))
+    deadline = asyncio.get_running_loop().time() + 5
+    while apiserver.open_watches < watches and not task.done():
+        assert asyncio.get_running_loop().time() < deadline, "the trigger opened no watch"
+        await asyncio.sleep(0.01)
+    return task
 
 
 # -- serialization ------------------------------------------------------------------------------------------
@@ -125,32 +121,28 @@ def test_serialize_keeps_the_defaults() -> None:
 # -- endings -----------------------------------------------------------------------------------------------------
 
 
-async def test_success_reported_by_the_watch() -> None:
-    trigger = make_trigger()
-    client = ScriptedJobClient(gets=[RUNNING], watches=[[("ADDED", RUNNING), ("MODIFIED", SUCCEEDED)]])
-    hook = scripted(trigger, client)
+async def test_success_reported_by_the_watch(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    trigger = make_trigger(apiserver)
+    task = await started(trigger, apiserver)
 
-    event = await run_once(trigger)
+    await apiserver.put(job(succeeded_status()))
+    event = await task
 
     assert event["status"] == "success"
     assert event["state"] == "succeeded"
     assert event["message"] == "PyTorchJob ml/train-abc succeeded"
     assert event["job"]["uid"] == "uid-1"
     assert event["job"]["duration_seconds"] == 600.0
-    assert client.calls == ["get", "watch"]
-    # The watch is one object's, resumed from the version just read.
-    assert client.watch_calls[0]["resource_version"] == "11"
-    assert client.watch_calls[0]["name"] == "train-abc"
-    assert client.watch_calls[0]["kind"] == get_job_kind("PyTorchJob")
-    assert client.watch_calls[0]["timeout_seconds"] == 300
-    assert (hook.opened, hook.closed) == (1, 1)
+    assert (apiserver.count("list"), apiserver.count("watch"), apiserver.count("get")) == (1, 1, 0)
 
 
-async def test_failure_carries_the_failed_condition() -> None:
-    trigger = make_trigger()
-    scripted(trigger, ScriptedJobClient(gets=[RUNNING], watches=[[("MODIFIED", FAILED)]]))
+async def test_failure_carries_the_failed_condition(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver), apiserver)
 
-    event = await run_once(trigger)
+    await apiserver.put(job(failed_status()))
+    event = await task
 
     assert event["status"] == "failed"
     assert event["state"] == "failed"
@@ -158,356 +150,279 @@ async def test_failure_carries_the_failed_condition() -> None:
     assert FAILED_MESSAGE in event["message"]
 
 
-async def test_a_job_already_finished_is_reported_without_watching() -> None:
-    trigger = make_trigger()
-    client = ScriptedJobClient(gets=[SUCCEEDED])
-    scripted(trigger, client)
+async def test_a_job_already_finished_is_reported_from_the_list(apiserver: Any) -> None:
+    await apiserver.put(job(succeeded_status()))
 
-    event = await run_once(trigger)
+    event = await run_once(make_trigger(apiserver))
 
     assert event["status"] == "success"
-    assert client.calls == ["get"]
+    assert apiserver.count("get") == 0
 
 
-async def test_startup_deadline_passed_while_queued_is_a_timeout() -> None:
-    trigger = make_trigger(startup_deadline=epoch(-1))
-    client = ScriptedJobClient(gets=[QUEUED])
-    scripted(trigger, client)
+async def test_startup_deadline_passed_while_queued_is_a_timeout(apiserver: Any) -> None:
+    await apiserver.put(job(queued_status()))
 
-    event = await run_once(trigger)
+    event = await run_once(make_trigger(apiserver, startup_deadline=epoch(-1)))
 
     assert event["status"] == "timeout"
     assert event["state"] == "queued"
     assert "did not start within startup_timeout" in event["message"]
-    assert client.calls == ["get"]
 
 
-async def test_startup_deadline_ends_the_watch_request_in_time() -> None:
-    trigger = make_trigger(startup_deadline=epoch(1))
-    # The watch sees nothing and ends (the server honours timeout_seconds); the relist finds it late.
-    client = ScriptedJobClient(gets=[QUEUED], watches=[[]], hold=0.05)
-    scripted(trigger, client)
+async def test_startup_deadline_fires_at_its_time_while_nothing_changes(apiserver: Any) -> None:
+    await apiserver.put(job(queued_status()))
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
 
-    event = await run_once(trigger)
+    event = await run_once(make_trigger(apiserver, startup_deadline=epoch(1.0)))
 
     assert event["status"] == "timeout"
-    assert client.watch_calls[0]["timeout_seconds"] == 1  # not the 300 s default
+    assert 0.9 <= loop.time() - begun < 3.0  # its own deadline, not a watch renewal (300 s)
+    assert apiserver.count("watch") <= 1
 
 
-async def test_startup_deadline_does_not_apply_once_running() -> None:
-    trigger = make_trigger(startup_deadline=epoch(-60))
-    scripted(trigger, ScriptedJobClient(gets=[RUNNING], watches=[[("MODIFIED", SUCCEEDED)]]))
+async def test_startup_deadline_does_not_apply_once_running(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, startup_deadline=epoch(-60)), apiserver)
 
-    assert (await run_once(trigger))["status"] == "success"
+    await apiserver.put(job(succeeded_status()))
+
+    assert (await task)["status"] == "success"
 
 
-async def test_execution_deadline_passed_while_running_is_a_timeout() -> None:
-    trigger = make_trigger(execution_deadline=epoch(-1))
-    scripted(trigger, ScriptedJobClient(gets=[RUNNING]))
+async def test_execution_deadline_reached_while_running(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
 
-    event = await run_once(trigger)
+    event = await run_once(make_trigger(apiserver, execution_deadline=epoch(0.5)))
 
     assert event["status"] == "timeout"
     assert event["state"] == "running"
     assert "execution_timeout" in event["message"]
 
 
-async def test_execution_deadline_reached_during_the_watch() -> None:
-    trigger = make_trigger(execution_deadline=epoch(1))
-    client = ScriptedJobClient(gets=[RUNNING], watches=[[("MODIFIED", RUNNING)]], hold=0.05)
-    scripted(trigger, client)
+async def test_each_trigger_fires_at_its_own_deadline_on_one_shared_watch(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    finished: dict[float, float] = {}
 
-    event = await run_once(trigger)
+    async def wait_with(deadline: float) -> None:
+        event = await run_once(make_trigger(apiserver, execution_deadline=epoch(deadline)))
+        assert event["status"] == "timeout"
+        finished[deadline] = loop.time() - begun
 
-    assert event["status"] == "timeout"
-    assert client.watch_calls[0]["timeout_seconds"] == 1
+    await asyncio.gather(wait_with(0.3), wait_with(1.0), wait_with(1.6))
+
+    assert finished[0.3] < finished[1.0] < finished[1.6]
+    assert apiserver.count("list") == 1
 
 
-async def test_a_job_deleted_before_the_first_read_is_an_error() -> None:
-    trigger = make_trigger()
-    scripted(trigger, ScriptedJobClient(gets=[None]))
-
-    event = await run_once(trigger)
+async def test_a_job_that_does_not_exist_is_an_error(apiserver: Any) -> None:
+    event = await run_once(make_trigger(apiserver))
 
     assert event["status"] == "error"
     assert event["state"] is None
     assert event["job"] is None
     assert "no longer exists" in event["message"]
+    assert apiserver.count("get") == 1  # not in the watch's view: one read to be sure
 
 
-async def test_a_job_deleted_during_the_watch_is_an_error() -> None:
-    trigger = make_trigger()
-    scripted(trigger, ScriptedJobClient(gets=[RUNNING], watches=[[("DELETED", RUNNING)]]))
+async def test_a_job_deleted_during_the_wait_is_an_error(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver), apiserver)
 
-    event = await run_once(trigger)
-
-    assert event["status"] == "error"
-    assert "was deleted outside this task" in event["message"]
-    assert event["job"]["name"] == "train-abc"
-
-
-async def test_a_job_recreated_under_the_same_name_is_an_error() -> None:
-    trigger = make_trigger()
-    client = ScriptedJobClient(gets=[make_job("train-abc", "ml", uid="uid-2", status=running_status())])
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
+    await apiserver.remove("ml", "train-abc")
+    event = await task
 
     assert event["status"] == "error"
-    assert "uid uid-2, expected uid-1" in event["message"]
-    assert client.calls == ["get"]
-
-
-@pytest.mark.parametrize(("status", "reason"), [(401, "Unauthorized"), (403, "Forbidden")])
-async def test_a_refused_request_is_an_error_naming_the_status(status: int, reason: str) -> None:
-    trigger = make_trigger()
-    client = ScriptedJobClient(gets=[ApiException(status=status, reason=reason)])
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "error"
-    assert f"({status} {reason})" in event["message"]
-    assert "RBAC" in event["message"]
-    assert client.calls == ["get"]  # not retried
-
-
-async def test_a_watch_refused_for_longer_than_the_grace_is_an_error(monkeypatch) -> None:
-    monkeypatch.setattr(trigger_module, "_ACCESS_DENIED_GRACE_SECONDS", 0.5)
-    trigger = make_trigger()
-    refused = ApiException(status=403, reason="Forbidden")
-    scripted(trigger, ScriptedJobClient(gets=[RUNNING], watches=[refused] * 10))
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "error"
-    assert "403" in event["message"]
-    assert event["state"] == "running"  # the last job seen
-
-
-async def test_410_gone_relists_and_watches_again() -> None:
-    trigger = make_trigger()
-    relisted = job(running_status(), resource_version="500")
-    client = ScriptedJobClient(
-        gets=[RUNNING, relisted],
-        watches=[ApiException(status=410, reason="Expired"), [("MODIFIED", SUCCEEDED)]],
-    )
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "success"
-    assert client.calls == ["get", "watch", "get", "watch"]
-    assert [call["resource_version"] for call in client.watch_calls] == ["11", "500"]
-
-
-async def test_410_gone_mid_stream_relists_too() -> None:
-    trigger = make_trigger()
-    client = ScriptedJobClient(
-        gets=[RUNNING, RUNNING],
-        watches=[[("MODIFIED", RUNNING), ApiException(status=410)], [("MODIFIED", SUCCEEDED)]],
-    )
-    scripted(trigger, client)
-
-    assert (await run_once(trigger))["status"] == "success"
-    assert client.calls == ["get", "watch", "get", "watch"]
-
-
-async def test_transient_errors_are_retried() -> None:
-    trigger = make_trigger()
-    client = ScriptedJobClient(
-        gets=[ApiException(status=503), ConnectionResetError("reset by peer"), RUNNING, RUNNING],
-        watches=[ApiException(status=500), [("MODIFIED", SUCCEEDED)]],
-    )
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "success"
-    assert client.calls == ["get", "get", "get", "watch", "get", "watch"]
-
-
-async def test_failed_reads_do_not_switch_to_polling() -> None:
-    """An API server restart fails a few reads; the trigger must go back to watching, not poll for hours."""
-    trigger = make_trigger()
-    client = ScriptedJobClient(
-        gets=[ApiException(status=503), ApiException(status=503), ConnectionResetError(), RUNNING],
-        watches=[[("MODIFIED", SUCCEEDED)]],
-    )
-    scripted(trigger, client)
-
-    assert (await run_once(trigger))["status"] == "success"
-    assert client.calls == ["get", "get", "get", "get", "watch"]
-
-
-async def test_a_watch_ending_normally_is_renewed() -> None:
-    trigger = make_trigger()
-    client = ScriptedJobClient(gets=[RUNNING, RUNNING], watches=[[("MODIFIED", RUNNING)], [("MODIFIED", SUCCEEDED)]])
-    scripted(trigger, client)
-
-    assert (await run_once(trigger))["status"] == "success"
-    assert client.calls == ["get", "watch", "get", "watch"]
-
-
-async def test_a_watch_that_keeps_breaking_falls_back_to_polling() -> None:
-    trigger = make_trigger()
-    broken = ConnectionResetError("watch stream reset")
-    client = ScriptedJobClient(
-        gets=[RUNNING, RUNNING, RUNNING, RUNNING, RUNNING, RUNNING, SUCCEEDED],
-        watches=[broken, broken, broken, [("MODIFIED", SUCCEEDED)]],
-    )
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "success"
-    assert client.calls.count("watch") == 3
-    # After the third broken watch only reads remain.
-    last_watch = len(client.calls) - 1 - client.calls[::-1].index("watch")
-    assert client.calls[last_watch + 1 :] == ["get"] * 4
-
-
-async def test_polling_still_honours_the_deadlines() -> None:
-    trigger = make_trigger(execution_deadline=epoch(1))
-    broken = ConnectionResetError("watch stream reset")
-    client = ScriptedJobClient(gets=[RUNNING], watches=[broken, broken, broken])
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "timeout"
-    # After three broken watches it polls (30 reads) before it tries a watch again.
-    third_watch = [index for index, call in enumerate(client.calls) if call == "watch"][2]
-    assert client.calls[third_watch + 1 : third_watch + 31] == ["get"] * 30
-
-
-async def test_an_api_down_for_longer_than_the_tolerance_is_an_error() -> None:
-    trigger = make_trigger(api_failure_tolerance=0.2)
-    client = ScriptedJobClient(gets=[ConnectionRefusedError("connection refused")])
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "error"
-    assert "lost contact with the API server" in event["message"]
-    assert "connection refused" in event["message"]
-    assert client.calls.count("get") > 1  # retried until the tolerance ran out
-
-
-async def test_an_outage_keeps_the_last_job_seen_in_the_event() -> None:
-    trigger = make_trigger(api_failure_tolerance=0.1)
-    client = ScriptedJobClient(gets=[RUNNING, ApiException(status=503)], watches=[ApiException(status=503)])
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "error"
-    assert event["state"] == "running"
+    assert "deleted outside this task" in event["message"]
     assert event["job"]["uid"] == "uid-1"
 
 
-async def test_an_unexpected_exception_is_an_error_event() -> None:
-    trigger = make_trigger(kind="NoSuchJob")
-    scripted(trigger, ScriptedJobClient(gets=[RUNNING]))
+async def test_a_job_that_succeeded_and_was_deleted_at_once_is_a_success(apiserver: Any) -> None:
+    """A short ttlSecondsAfterFinished: the last object the watch saw says Succeeded."""
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver), apiserver)
 
-    events = [event async for event in trigger.run()]
+    await apiserver.put(job(succeeded_status()))
+    await apiserver.remove("ml", "train-abc")
 
-    assert len(events) == 1
-    assert events[0].payload["status"] == "error"
-    assert "watching NoSuchJob ml/train-abc failed" in events[0].payload["message"]
-    assert "unknown job kind" in events[0].payload["message"]
+    assert (await task)["status"] == "success"
 
 
-async def test_a_hook_that_cannot_connect_is_an_error_event() -> None:
-    trigger = make_trigger()
-    scripted(trigger, ScriptedJobClient(), enter_error=RuntimeError("no kubeconfig found"))
+async def test_a_job_recreated_under_the_same_name_is_an_error(apiserver: Any) -> None:
+    await apiserver.put(job(running_status(), uid="uid-2"))
+
+    event = await run_once(make_trigger(apiserver))
+
+    assert event["status"] == "error"
+    assert "recreated" in event["message"]
+
+
+async def test_a_job_without_the_provider_label_is_followed_by_name(apiserver: Any) -> None:
+    """The sensor may wait on a job someone else created: no label, so a watch of its name."""
+    await apiserver.put(job(running_status(), labelled=False))
+    task = await started(make_trigger(apiserver), apiserver)
+
+    await apiserver.put(job(succeeded_status(), labelled=False))
+    event = await task
+
+    assert event["status"] == "success"
+    selectors = [query.get("fieldSelector") for query in apiserver.queries("list")]
+    assert selectors == [None, "metadata.name=train-abc"]
+
+
+async def test_a_job_created_after_the_watch_listed_is_picked_up(apiserver: Any) -> None:
+    """The operator created the job a moment after the shared watch last listed: the trigger reads it once."""
+    await apiserver.put(make_job("other", "ml", uid="o", status=running_status(), labels={TASK_INSTANCE_LABEL: "o"}))
+    other = await started(make_trigger(apiserver, name="other", uid="o", execution_deadline=epoch(3)), apiserver)
+    await apiserver.put(job(running_status()))
+    mine = await started(make_trigger(apiserver), apiserver)
+
+    await apiserver.put(job(succeeded_status()))
+
+    assert (await mine)["status"] == "success"
+    assert (await other)["status"] == "timeout"
+
+
+# -- refusals and outages --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tokens", "failure", "expected"),
+    [
+        ({"good-token"}, ("list", 403, "Forbidden"), "403"),
+        (set(), None, "401"),
+    ],
+)
+async def test_a_refusal_on_first_contact_is_an_error_naming_it(
+    apiserver: Any, tokens: set[str], failure: tuple[str, int, str] | None, expected: str
+) -> None:
+    await apiserver.put(job(running_status()))
+    apiserver.tokens = tokens
+    if failure:
+        apiserver.fail_next(failure[0], failure[1], reason=failure[2])
+
+    event = await run_once(make_trigger(apiserver))
+
+    assert event["status"] == "error"
+    assert expected in event["message"]
+    if expected == "401":
+        assert "credentials" in event["message"] and "even after reloading them" in event["message"]
+    else:
+        assert "RBAC Role" in event["message"]
+
+
+async def test_a_short_refusal_after_access_worked_is_waited_out(apiserver: Any) -> None:
+    """An API server that just restarted answers 403 until its RBAC caches have synced."""
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver), apiserver)
+
+    apiserver.fail_next("watch", 403, count=3, reason="Forbidden")
+    apiserver.fail_next("list", 403, count=1, reason="Forbidden")
+    await apiserver.drop_watches()
+    await apiserver.put(job(succeeded_status()))
+
+    assert (await task)["status"] == "success"
+
+
+async def test_a_refusal_longer_than_the_grace_is_an_error(apiserver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trigger_module, "_ACCESS_DENIED_GRACE_SECONDS", 0.5)
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver), apiserver)
+
+    apiserver.fail_next("watch", 403, count=1000, reason="Forbidden")
+    apiserver.fail_next("list", 403, count=1000, reason="Forbidden")
+    await apiserver.drop_watches()
+    event = await task
+
+    assert event["status"] == "error"
+    assert "403" in event["message"] and "RBAC" in event["message"]
+    assert event["job"]["uid"] == "uid-1"  # the last job seen travels with the error
+
+
+async def test_an_outage_shorter_than_the_tolerance_is_ridden_out(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver), apiserver)
+
+    apiserver.fail_next("watch", 503, count=3, reason="ServiceUnavailable")
+    await apiserver.drop_watches()
+    await apiserver.put(job(succeeded_status()))
+
+    assert (await task)["status"] == "success"
+
+
+async def test_an_outage_longer_than_the_tolerance_is_an_error(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, api_failure_tolerance=0.5), apiserver)
+
+    apiserver.fail_next("watch", 503, count=1000, reason="ServiceUnavailable")
+    apiserver.fail_next("list", 503, count=1000, reason="ServiceUnavailable")
+    await apiserver.drop_watches()
+    event = await task
+
+    assert event["status"] == "error"
+    assert "lost contact with the API server" in event["message"]
+    assert event["state"] == "running"  # the last job seen
+
+
+async def test_a_missing_resource_type_is_an_error_at_once(apiserver: Any) -> None:
+    apiserver.fail_next("list", 404, reason="NotFound")
+
+    event = await run_once(make_trigger(apiserver, api_failure_tolerance=300))
+
+    assert event["status"] == "error"
+    assert "404" in event["message"]
+
+
+async def test_an_unexpected_exception_is_an_error_event(apiserver: Any) -> None:
+    trigger = make_trigger(apiserver, config_dict={"clusters": "not a kubeconfig"})
 
     event = await run_once(trigger)
 
     assert event["status"] == "error"
-    assert "no kubeconfig found" in event["message"]
+    assert "watching PyTorchJob ml/train-abc failed" in event["message"]
 
 
-async def test_a_malformed_answer_ends_in_an_error_event() -> None:
-    trigger = make_trigger(api_failure_tolerance=0.05)
-    scripted(trigger, ScriptedJobClient(gets=[{"metadata": "not a mapping"}]))
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "error"
+# -- the triggerer moving or cancelling triggers ------------------------------------------------------------------
 
 
-async def test_the_client_is_opened_once_per_run() -> None:
-    """One connection for the trigger's whole life, however many reads and watches it makes."""
-    trigger = make_trigger()
-    opened_hooks: list[FakeAsyncHook] = []
-    client = ScriptedJobClient(
-        gets=[RUNNING, ApiException(status=503), RUNNING, RUNNING, RUNNING],
-        watches=[[("MODIFIED", RUNNING)], ApiException(status=410), [("MODIFIED", SUCCEEDED)]],
-    )
+async def test_a_cancelled_trigger_leaves_the_shared_watch_to_the_others(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    stays = await started(make_trigger(apiserver), apiserver)
+    moved = await started(make_trigger(apiserver), apiserver)
 
-    def new_hook() -> FakeAsyncHook:
-        opened_hooks.append(FakeAsyncHook(client))
-        return opened_hooks[-1]
+    moved.cancel()
+    await asyncio.gather(moved, return_exceptions=True)
+    await apiserver.put(job(succeeded_status()))
 
-    trigger._hook = new_hook  # type: ignore[method-assign]
-
-    assert (await run_once(trigger))["status"] == "success"
-    assert client.calls.count("get") >= 3
-    assert len(opened_hooks) == 1
-    assert (opened_hooks[0].opened, opened_hooks[0].closed) == (1, 1)
+    assert (await stays)["status"] == "success"
+    assert apiserver.count("list") == 1
 
 
 # -- on_kill -------------------------------------------------------------------------------------------------------
 
 
-async def test_on_kill_deletes_the_job_with_its_uid() -> None:
-    trigger = make_trigger(delete_on_kill=True)
-    client = ScriptedJobClient()
-    hook = scripted(trigger, client)
+async def test_on_kill_deletes_the_job_with_its_uid(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
 
-    await trigger.on_kill()
+    await make_trigger(apiserver, delete_on_kill=True).on_kill()
 
-    assert client.delete_calls == [(get_job_kind("PyTorchJob"), "train-abc", "ml", "uid-1")]
-    assert hook.opened == 1
+    assert ("ml", "pytorchjobs", "train-abc") not in apiserver.objects
+    assert apiserver.count("delete") == 1
 
 
-async def test_on_kill_leaves_the_job_when_asked_to() -> None:
-    trigger = make_trigger(delete_on_kill=False)
-    client = ScriptedJobClient()
-    hook = scripted(trigger, client)
+async def test_on_kill_spares_a_job_recreated_under_the_same_name(apiserver: Any) -> None:
+    await apiserver.put(job(running_status(), uid="uid-new"))
 
-    await trigger.on_kill()
+    await make_trigger(apiserver, delete_on_kill=True).on_kill()
 
-    assert client.delete_calls == []
-    assert hook.opened == 0
+    assert ("ml", "pytorchjobs", "train-abc") in apiserver.objects  # the uid precondition refused
 
 
-async def test_a_non_transient_error_ends_the_wait_at_once() -> None:
-    trigger = make_trigger(api_failure_tolerance=300)
-    client = ScriptedJobClient(gets=[RUNNING], watches=[ApiException(status=404, reason="Not Found")])
-    scripted(trigger, client)
+async def test_on_kill_leaves_the_job_when_asked_to(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
 
-    event = await run_once(trigger)
+    await make_trigger(apiserver, delete_on_kill=False).on_kill()
 
-    assert event["status"] == "error"
-    assert "404" in event["message"] or "Not Found" in event["message"]
-    assert client.calls == ["get", "watch"]
-
-
-async def test_a_short_refusal_after_access_worked_is_retried(monkeypatch) -> None:
-    """An API server that just restarted answers 403 until its RBAC caches have synced."""
-    monkeypatch.setattr(trigger_module.asyncio, "sleep", _no_sleep)
-    trigger = make_trigger()
-    refused = ApiException(status=403, reason="Forbidden")
-    client = ScriptedJobClient(gets=[RUNNING, refused, SUCCEEDED], watches=[ConnectionResetError("restart")])
-    scripted(trigger, client)
-
-    event = await run_once(trigger)
-
-    assert event["status"] == "success"
-    assert client.calls.count("get") == 3
-
-
-async def _no_sleep(_seconds: float) -> None:
-    return None
+    assert apiserver.count("delete") == 0

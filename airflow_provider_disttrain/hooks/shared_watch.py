@@ -1,0 +1,474 @@
+"""One LIST + WATCH per (cluster, kind, namespace, selector), shared by every trigger in a triggerer.
+
+Hundreds of deferred training tasks wait in one triggerer process. Rather than a client, a TLS
+connection and a watch each, the triggers of one event loop subscribe to a ``SharedWatch``: it lists
+the jobs once, watches them with one long request, keeps the latest object of each job, and wakes the
+subscribers of a job when it changes. The provider labels every job it creates, so the watch is
+restricted to those jobs by a label selector and unrelated jobs in a busy namespace cost nothing; a
+job without the label (a sensor on a name) gets a watch of its own by field selector, shared too.
+
+Watching follows the API server's rules (the "Efficient detection of changes" section of the API
+concepts): resume from the last event's or BOOKMARK's resourceVersion; on 410 Gone relist and watch
+from the list's resourceVersion; back off on repeated failures (capped by the subscribers'
+``poll_interval``, so a watch that keeps breaking degrades into polling with a LIST); give each watch
+request a client-side timeout longer than its server-side ``timeoutSeconds``.
+
+Why not ``kubernetes_asyncio.watch.Watch``: it builds a new ``ApiClient`` (and SSL context) for every
+stream, deserialises each event a second time, and retries 410 itself from a stale version; this loop
+needs one shared client, resumption from bookmarks and a relist with backoff instead. Reading the
+stream's JSON lines is all it takes.
+
+The watch starts with its first subscriber and stops ``LINGER_SECONDS`` after its last one leaves;
+its cluster's client closes with the cluster's last watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_disttrain.hooks.api_errors import api_status, is_transient
+from airflow_provider_disttrain.hooks.cluster_client import ClusterClient, cluster_identity
+from airflow_provider_disttrain.kinds import JobKind
+
+LINGER_SECONDS = 5.0
+"""How long a watch outlives its last subscriber: a trigger moved or retried soon finds it warm."""
+CLIENT_TIMEOUT_MARGIN_SECONDS = 30.0
+"""Client-side total timeout of a watch request beyond its server-side ``timeoutSeconds``."""
+HEALTHY_WATCH_SECONDS = 30.0
+"""A watch request that lived this long resets the failure count (and so the backoff)."""
+FAILURES_BEFORE_RELIST = 3
+"""Broken watch requests in a row after which each retry relists first (the polling fallback)."""
+MIN_BACKOFF_SECONDS = 0.5
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WatchKey:
+    cluster: str
+    kind: str
+    namespace: str
+    label_selector: str = ""
+    field_selector: str = ""
+
+
+@dataclass(frozen=True)
+class CachedJob:
+    """The latest object seen for a job; ``deleted`` once the API server said it is gone."""
+
+    job: dict[str, Any]
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class WatchProblem:
+    """Why the watch cannot see the server right now, and since when (epoch seconds)."""
+
+    error: BaseException
+    since: float
+    status: int | None
+    fatal: bool
+    """Not an outage: retrying will not help (a 404 of the resource type, a malformed answer)."""
+
+    @property
+    def denied(self) -> bool:
+        return self.status in (401, 403)
+
+
+def trimmed(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What waiting needs of a job (identity, labels, status), not its spec or managedFields.
+
+    The cache holds one object per job of the namespace; trimming keeps 1,000 waiting jobs in a few MB.
+    """
+    metadata = job.get("metadata") or {}
+    kept = {
+        key: metadata[key]
+        for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
+        if key in metadata
+    }
+    return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"), "metadata": kept, "status": job.get("status")}
+
+
+class Subscription:
+    """One trigger's view of one job through a shared watch."""
+
+    def __init__(self, watch: SharedWatch, name: str, watch_timeout: float, poll_interval: float) -> None:
+        self.watch = watch
+        self.name = name
+        self.watch_timeout = watch_timeout
+        self.poll_interval = poll_interval
+        self._changed = asyncio.Event()
+
+    @property
+    def synced(self) -> bool:
+        """The watch has listed its jobs at least once, so ``entry`` is the server's word."""
+        return self.watch.synced
+
+    @property
+    def entry(self) -> CachedJob | None:
+        return self.watch.cached(self.name)
+
+    @property
+    def problem(self) -> WatchProblem | None:
+        return self.watch.problem
+
+    def notify(self) -> None:
+        self._changed.set()
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until the job or the watch's health changes, or ``timeout`` seconds pass."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        self._changed.clear()
+
+    async def read(self) -> dict[str, Any] | None:
+        """GET the job by name (None when it does not exist), through the watch's shared client."""
+        return await self.watch.read(self.name)
+
+
+class SharedWatch:
+    """LIST + WATCH of one kind in one namespace, cached, with subscribers per job name."""
+
+    def __init__(self, key: WatchKey, kind: JobKind, cluster: ClusterClient, on_idle: Any) -> None:
+        self.key = key
+        self.kind = kind
+        self.cluster = cluster
+        self._on_idle = on_idle
+        self._jobs: dict[str, CachedJob] = {}
+        self._subscribers: dict[str, set[Subscription]] = {}
+        self._resource_version: str | None = None
+        self.synced = False
+        self.ever_synced = False
+        self.problem: WatchProblem | None = None
+        self.requests: dict[str, int] = {"list": 0, "watch": 0, "get": 0}
+        self._task: asyncio.Task[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._unauthorized = 0  # 401 answers since the last accepted request
+
+    # Subscribers ---------------------------------------------------------------------------------
+
+    def subscribe(self, name: str, watch_timeout: float, poll_interval: float) -> Subscription:
+        subscription = Subscription(self, name, watch_timeout, poll_interval)
+        self._subscribers.setdefault(name, set()).add(subscription)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"shared-watch {self.key}")
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        subscribers = self._subscribers.get(subscription.name, set())
+        subscribers.discard(subscription)
+        if not subscribers:
+            self._subscribers.pop(subscription.name, None)
+            entry = self._jobs.get(subscription.name)
+            if entry is not None and entry.deleted:
+                del self._jobs[subscription.name]
+        if not self._subscribers and self._idle_timer is None:
+            self._idle_timer = asyncio.get_running_loop().call_later(LINGER_SECONDS, self._stop_if_idle)
+
+    @property
+    def subscriber_count(self) -> int:
+        return sum(len(subscribers) for subscribers in self._subscribers.values())
+
+    def cached(self, name: str) -> CachedJob | None:
+        return self._jobs.get(name)
+
+    def _stop_if_idle(self) -> None:
+        self._idle_timer = None
+        if self._subscribers:
+            return
+        if self._task is not None:
+            self._task.cancel()
+        self._on_idle(self)
+
+    async def stop(self) -> None:
+        """Cancel the watch loop and wait for it to end (its request's response is released)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _notify(self, name: str | None = None) -> None:
+        """Wake the subscribers of ``name``, or every subscriber (a change of the watch's health)."""
+        groups = [self._subscribers.get(name, set())] if name is not None else list(self._subscribers.values())
+        for subscribers in groups:
+            for subscription in subscribers:
+                subscription.notify()
+
+    # The loop ------------------------------------------------------------------------------------
+
+    def _watch_timeout(self) -> float:
+        timeouts = [s.watch_timeout for subs in self._subscribers.values() for s in subs]
+        return min(timeouts) if timeouts else 300.0
+
+    def _backoff_cap(self) -> float:
+        intervals = [s.poll_interval for subs in self._subscribers.values() for s in subs]
+        return max(min(intervals) if intervals else 10.0, 0.01)
+
+    async def _run(self) -> None:
+        failures = 0  # failed requests in a row, for the backoff
+        broken_watches = 0  # watch requests that broke in a row, for the relist fallback
+        must_list = True
+        while True:
+            generation = self.cluster.generation
+            started = time.monotonic()
+            try:
+                if must_list:
+                    await self._list()
+                    must_list = False
+                await self._watch_once()
+                failures = broken_watches = 0  # ended by the server's timeout: all is well
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                status = api_status(error)
+                if time.monotonic() - started >= HEALTHY_WATCH_SECONDS:
+                    failures = broken_watches = 0
+                failures += 1
+                if status == 410:
+                    # Our resourceVersion is older than the server keeps: relist and watch from there.
+                    must_list = True
+                    if failures == 1:
+                        continue
+                elif status == 401:
+                    # Expired or rotated credentials: a new client re-runs the exec plugin or re-reads
+                    # the token file. Only a 401 that a freshly built client gets is reported.
+                    self._unauthorized += 1
+                    renewed = await self._renew(generation)
+                    if renewed and self._unauthorized == 1:
+                        continue
+                    self._set_problem(error, status)
+                elif is_transient(error) or status == 403:
+                    # 403 too: a restarted API server refuses until its RBAC caches have synced; the
+                    # subscribers decide how long that may last.
+                    broken_watches += 1
+                    must_list = must_list or broken_watches >= FAILURES_BEFORE_RELIST
+                    self._set_problem(error, status)
+                else:
+                    self._set_problem(error, status, fatal=True)
+                delay = min(self._backoff_cap(), MIN_BACKOFF_SECONDS * 2 ** min(failures, 8))
+                log.debug("Watch %s failed (%r); retrying in %.1fs", self.key, error, delay)
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+
+    async def _renew(self, generation: int) -> bool:
+        log.info("Watch %s: the API server answered 401; renewing the credentials", self.key)
+        try:
+            await self.cluster.renew(generation)
+        except Exception as error:  # e.g. the exec plugin failed: that is the problem to report
+            self._set_problem(error, None)
+            return False
+        return True
+
+    def _accepted(self) -> None:
+        """The API server answered a request: whatever was wrong with the watch is over."""
+        self._unauthorized = 0
+        self._set_problem(None)
+
+    def _set_problem(self, error: BaseException | None, status: int | None = None, *, fatal: bool = False) -> None:
+        if error is None:
+            if self.problem is not None:
+                self.problem = None
+                self._notify()
+            return
+        problem = WatchProblem(error, time.time(), status, fatal)
+        if self.problem is not None and self.problem.denied == problem.denied:
+            # The same kind of trouble goes on (an outage, or a refusal): it counts from its start.
+            problem = WatchProblem(error, self.problem.since, status, fatal)
+        self.problem = problem
+        self._notify()
+
+    def _selectors(self) -> dict[str, str]:
+        selectors = {"label_selector": self.key.label_selector, "field_selector": self.key.field_selector}
+        return {key: value for key, value in selectors.items() if value}
+
+    async def _list(self) -> None:
+        from kubernetes_asyncio import client as async_client
+
+        async with self.cluster.lease() as (api, _):
+            self.requests["list"] += 1
+            response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
+                self.kind.group,
+                self.kind.version,
+                self.key.namespace,
+                self.kind.plural,
+                _preload_content=False,
+                **self._selectors(),
+            )
+            try:
+                await _raise_for_status(response)
+                listing = json.loads(await response.read())
+            finally:
+                response.release()
+        self._accepted()
+        jobs = {item["metadata"]["name"]: CachedJob(trimmed(item)) for item in listing.get("items") or []}
+        for name, entry in self._jobs.items():
+            if name not in jobs and name in self._subscribers:
+                # Gone while we were not watching: its subscribers learn it from a tombstone.
+                jobs[name] = entry if entry.deleted else CachedJob(entry.job, deleted=True)
+        changed = [name for name in set(jobs) | set(self._jobs) if jobs.get(name) != self._jobs.get(name)]
+        self._jobs = jobs
+        self._resource_version = (listing.get("metadata") or {}).get("resourceVersion")
+        first_sync = not self.synced
+        self.synced = self.ever_synced = True
+        if first_sync:
+            self._notify()
+        else:
+            for name in changed:
+                self._notify(name)
+
+    async def _watch_once(self) -> None:
+        """One watch request, applying its events, until the server ends it at ``timeoutSeconds``."""
+        from kubernetes_asyncio import client as async_client
+
+        timeout = self._watch_timeout()
+        async with self.cluster.lease() as (api, _):
+            self.requests["watch"] += 1
+            response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
+                self.kind.group,
+                self.kind.version,
+                self.key.namespace,
+                self.kind.plural,
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=self._resource_version,
+                timeout_seconds=max(1, int(timeout)),
+                _preload_content=False,
+                _request_timeout=timeout + CLIENT_TIMEOUT_MARGIN_SECONDS,
+                **self._selectors(),
+            )
+            try:
+                await _raise_for_status(response)
+                # Healthy once the server speaks (an event, a bookmark, or the end at timeoutSeconds):
+                # a proxy that accepts the request and then stays silent is not.
+                while line := await response.content.readline():
+                    if line.strip():
+                        self._apply(json.loads(line))
+                        if self.problem is not None or self._unauthorized:
+                            self._accepted()
+            finally:
+                response.release()
+        self._accepted()
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        event_type = event.get("type")
+        obj = event.get("object") or {}
+        if event_type == "ERROR":
+            # An in-stream Status: 410 Gone when our resourceVersion is too old, or a server error.
+            raise ApiException(status=obj.get("code") or 500, reason=f"{obj.get('reason')}: {obj.get('message')}")
+        metadata = obj.get("metadata") or {}
+        if metadata.get("resourceVersion"):
+            self._resource_version = metadata["resourceVersion"]
+        if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+            return  # BOOKMARK: only its resourceVersion matters
+        name = metadata.get("name")
+        if event_type == "DELETED" and name not in self._subscribers:
+            self._jobs.pop(name, None)
+        else:
+            self._jobs[name] = CachedJob(trimmed(obj), deleted=event_type == "DELETED")
+        self._notify(name)
+
+    async def read(self, name: str) -> dict[str, Any] | None:
+        from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
+
+        async with self.cluster.lease() as (api, _):
+            self.requests["get"] += 1
+            return await AsyncJobClient(api).get_job(self.kind, name, self.key.namespace)
+
+
+async def _raise_for_status(response: Any) -> None:
+    """Without ``_preload_content`` the client returns any answer; turn a refusal into its exception."""
+    if 200 <= response.status < 300:
+        return
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    body = await response.text()
+    response.release()
+    error = ApiException(status=response.status, reason=response.reason)
+    error.body = body
+    raise error
+
+
+class WatchRegistry:
+    """The shared watches and cluster clients of one event loop (one triggerer)."""
+
+    def __init__(self) -> None:
+        self.clusters: dict[str, ClusterClient] = {}
+        self.watches: dict[WatchKey, SharedWatch] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def watch_for(
+        self, connection: Mapping[str, Any], kind: JobKind, namespace: str, label_selector: str, field_selector: str
+    ) -> SharedWatch:
+        cluster_key = cluster_identity(connection)
+        key = WatchKey(cluster_key, kind.kind, namespace, label_selector, field_selector)
+        watch = self.watches.get(key)
+        if watch is None:
+            cluster = self.clusters.get(cluster_key)
+            if cluster is None:
+                cluster = self.clusters[cluster_key] = ClusterClient(connection)
+            watch = self.watches[key] = SharedWatch(key, kind, cluster, self._forget)
+        return watch
+
+    def _forget(self, watch: SharedWatch) -> None:
+        """A watch went idle: drop it, and close its cluster's client if no other watch uses it."""
+        if self.watches.get(watch.key) is watch:
+            del self.watches[watch.key]
+        cluster_in_use = any(w.cluster is watch.cluster for w in self.watches.values())
+        if not cluster_in_use:
+            self.clusters.pop(watch.key.cluster, None)
+        task = asyncio.get_running_loop().create_task(self._close(watch, None if cluster_in_use else watch.cluster))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close(watch: SharedWatch, cluster: ClusterClient | None) -> None:
+        await watch.stop()
+        if cluster is not None:
+            await cluster.close()
+
+
+_registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchRegistry] = weakref.WeakKeyDictionary()
+
+
+def registry() -> WatchRegistry:
+    """The registry of the running event loop (the triggerer has one loop for all its triggers)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _registries:
+        _registries[loop] = WatchRegistry()
+    return _registries[loop]
+
+
+@contextlib.asynccontextmanager
+async def subscribe(
+    connection: Mapping[str, Any],
+    kind: JobKind,
+    namespace: str,
+    name: str,
+    *,
+    label_selector: str = "",
+    field_selector: str = "",
+    watch_timeout: float = 300.0,
+    poll_interval: float = 10.0,
+) -> AsyncIterator[Subscription]:
+    """Follow job ``name`` through the loop's shared watch of (cluster, kind, namespace, selectors)."""
+    watch = registry().watch_for(connection, kind, namespace, label_selector, field_selector)
+    subscription = watch.subscribe(name, watch_timeout, poll_interval)
+    try:
+        yield subscription
+    finally:
+        watch.unsubscribe(subscription)

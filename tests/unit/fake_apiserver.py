@@ -1,0 +1,228 @@
+"""A small Kubernetes API server for custom objects, on loopback, for the watch and trigger unit tests.
+
+It speaks HTTP the way kube-apiserver does for what the shared watch uses, so the real
+``kubernetes_asyncio`` client, the cncf hook's config loading and aiohttp run unchanged:
+- LIST with ``labelSelector`` (``key`` or ``key=value``) and ``fieldSelector`` (``metadata.name=``),
+  answering the collection's ``resourceVersion``;
+- WATCH from a ``resourceVersion``: the events after it, then new ones, until ``timeoutSeconds``;
+  BOOKMARK events when asked (``allowWatchBookmarks``) and ``bookmark_interval`` is set; a version
+  older than the last compaction gets HTTP 200 and an in-stream ERROR event with code 410, as the
+  real server's watch cache answers;
+- GET and DELETE (with a uid precondition) of one object;
+- Bearer tokens: an unknown or revoked token gets a 401 Status.
+Faults are injected per verb (``fail_next``) or by holding a watch open silently (``hang_watches``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message}
+    return web.json_response({**body, "code": code}, status=code)
+
+
+def _matches(obj: Mapping[str, Any], label_selector: str, field_selector: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, label_selector.split(",")):
+        key, _, value = term.partition("=")
+        if key not in labels or (value and labels[key] != value):
+            return False
+    for term in filter(None, field_selector.split(",")):
+        key, _, value = term.partition("=")
+        if key == "metadata.name" and obj["metadata"]["name"] != value:
+            return False
+    return True
+
+
+class FakeApiServer:
+    """Objects of any custom resource, kept by (namespace, plural, name), with a shared event log."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.events: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, plural, type, object)
+        self.resource_version = 100
+        self.compacted_below = 0
+        self.tokens = {"good-token"}
+        self.requests: list[tuple[str, dict[str, str]]] = []  # (verb, query parameters)
+        self.faults: dict[str, list[tuple[int, str]]] = {"list": [], "watch": [], "get": [], "delete": []}
+        self.hang_watches = False
+        self.bookmark_interval: float | None = None
+        self.open_watches = 0
+        self.connections_dropped = 0  # bumped by drop_watches(): open watches are cut
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # Lifecycle --------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        prefix = "/apis/{group}/{version}/namespaces/{namespace}/{plural}"
+        app.router.add_get(prefix, self._collection)
+        app.router.add_get(prefix + "/{name}", self._get)
+        app.router.add_delete(prefix + "/{name}", self._delete)
+        self._runner = web.AppRunner(app, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def kubeconfig(self, token: str = "good-token", user: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+            "users": [{"name": "tester", "user": dict(user) if user else {"token": token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester", "namespace": "ml"}}],
+            "current-context": "fake",
+        }
+
+    # What tests do to the cluster ---------------------------------------------------------------------
+
+    def fail_next(self, verb: str, status: int, count: int = 1, reason: str = "InternalError") -> None:
+        self.faults[verb].extend([(status, reason)] * count)
+
+    def count(self, verb: str) -> int:
+        return sum(1 for request_verb, _ in self.requests if request_verb == verb)
+
+    def queries(self, verb: str) -> list[dict[str, str]]:
+        return [query for request_verb, query in self.requests if request_verb == verb]
+
+    async def put(self, obj: Mapping[str, Any], plural: str = "pytorchjobs") -> dict[str, Any]:
+        """Create or replace an object (ADDED or MODIFIED event), giving it a new resourceVersion."""
+        obj = copy.deepcopy(dict(obj))
+        key = (obj["metadata"]["namespace"], plural, obj["metadata"]["name"])
+        event_type = "MODIFIED" if key in self.objects else "ADDED"
+        self.resource_version += 1
+        obj["metadata"]["resourceVersion"] = str(self.resource_version)
+        self.objects[key] = obj
+        await self._record(plural, event_type, obj)
+        return obj
+
+    async def remove(self, namespace: str, name: str, plural: str = "pytorchjobs") -> None:
+        obj = self.objects.pop((namespace, plural, name))
+        self.resource_version += 1
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.resource_version)}}
+        await self._record(plural, "DELETED", obj)
+
+    async def drop_watches(self) -> None:
+        """Cut every open watch connection, as a restarting API server does."""
+        self.connections_dropped += 1
+        async with self._changed:
+            self._changed.notify_all()
+
+    def compact(self) -> None:
+        """Forget the event history, as etcd compaction or an API server restart does: older watches get 410."""
+        self.compacted_below = self.resource_version + 1
+        self.events.clear()
+
+    async def _record(self, plural: str, event_type: str, obj: dict[str, Any]) -> None:
+        self.events.append((self.resource_version, plural, event_type, copy.deepcopy(obj)))
+        async with self._changed:
+            self._changed.notify_all()
+
+    # Handlers ----------------------------------------------------------------------------------------
+
+    def _refusal(self, request: web.Request, verb: str) -> web.Response | None:
+        self.requests.append((verb, dict(request.query)))
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if token not in self.tokens:
+            return _status(401, "Unauthorized", "Unauthorized")
+        if self.faults[verb]:
+            status, reason = self.faults[verb].pop(0)
+            return _status(status, reason, f"injected {status} for {verb}")
+        return None
+
+    async def _collection(self, request: web.Request) -> web.StreamResponse:
+        query = request.query
+        watching = query.get("watch") in ("true", "True", "1")
+        if refusal := self._refusal(request, "watch" if watching else "list"):
+            return refusal
+        namespace, plural = request.match_info["namespace"], request.match_info["plural"]
+        labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+
+        def selected(obj_namespace: str, obj_plural: str, obj: Mapping[str, Any]) -> bool:
+            return obj_namespace == namespace and obj_plural == plural and _matches(obj, labels, fields)
+
+        if not watching:
+            items = [obj for (ns, pl, _), obj in sorted(self.objects.items()) if selected(ns, pl, obj)]
+            return web.json_response(
+                {"kind": "List", "metadata": {"resourceVersion": str(self.resource_version)}, "items": items}
+            )
+        return await self._watch(request, selected)
+
+    async def _watch(self, request: web.Request, selected: Callable[[str, str, Mapping[str, Any]], bool]) -> Any:
+        query = request.query
+        timeout = float(query.get("timeoutSeconds", "1800"))
+        since = int(query.get("resourceVersion") or 0)
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "True", "1")
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        self.open_watches += 1
+        try:
+            if since and since < self.compacted_below:
+                gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
+                await response.write(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+                return response
+            if self.hang_watches:
+                await asyncio.sleep(timeout + 3600)  # the client-side timeout must end this
+            deadline = asyncio.get_running_loop().time() + timeout
+            sent = since
+            dropped = self.connections_dropped
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                if self.connections_dropped != dropped:
+                    if request.transport is not None:
+                        request.transport.close()
+                    return response
+                for rv, plural, event_type, obj in list(self.events):
+                    namespace = obj["metadata"]["namespace"]
+                    if rv > sent and selected(namespace, plural, obj):
+                        await response.write(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
+                    sent = max(sent, rv)
+                sent = max(sent, self.resource_version)
+                wait = min(left, self.bookmark_interval or left)
+                async with self._changed:
+                    try:
+                        await asyncio.wait_for(self._changed.wait(), wait)
+                    except asyncio.TimeoutError:
+                        if bookmarks and self.bookmark_interval:
+                            mark = {"kind": "PyTorchJob", "metadata": {"resourceVersion": str(self.resource_version)}}
+                            await response.write(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
+            return response
+        finally:
+            self.open_watches -= 1
+
+    async def _get(self, request: web.Request) -> web.Response:
+        if refusal := self._refusal(request, "get"):
+            return refusal
+        info = request.match_info
+        obj = self.objects.get((info["namespace"], info["plural"], info["name"]))
+        if obj is None:
+            return _status(404, "NotFound", f"{info['plural']} {info['name']!r} not found")
+        return web.json_response(obj)
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        if refusal := self._refusal(request, "delete"):
+            return refusal
+        info = request.match_info
+        obj = self.objects.get((info["namespace"], info["plural"], info["name"]))
+        if obj is None:
+            return _status(404, "NotFound", f"{info['plural']} {info['name']!r} not found")
+        body = await request.json() if request.can_read_body else {}
+        wanted_uid = ((body or {}).get("preconditions") or {}).get("uid")
+        if wanted_uid and wanted_uid != obj["metadata"].get("uid"):
+            return _status(409, "Conflict", "Precondition failed: UID in precondition does not match")
+        await self.remove(info["namespace"], info["name"], info["plural"])
+        return web.json_response({"kind": "Status", "status": "Success"})

@@ -1,0 +1,331 @@
+"""The shared watch, through the real kubernetes_asyncio client, against a fake API server on loopback.
+
+Each test is one story of what the API server does (events, bookmarks, a 410 after a restart, a
+silent connection, expired credentials) and what the subscribers see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_disttrain.hooks import shared_watch
+from airflow_provider_disttrain.hooks.shared_watch import registry, subscribe
+from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from tests.unit.fakes import make_job, running_status, succeeded_status
+
+PYTORCH = get_job_kind("PyTorchJob")
+SELECTOR = TASK_INSTANCE_LABEL
+
+
+def labelled_job(name: str, status: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    return make_job(name, "ml", uid=f"uid-{name}", status=status, labels={TASK_INSTANCE_LABEL: name}, **kwargs)
+
+
+def connection(server: Any, **user: Any) -> dict[str, Any]:
+    return {
+        "conn_id": None,
+        "cluster_context": None,
+        "config_dict": server.kubeconfig(user=user or None),
+        "connection_extras": None,
+    }
+
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    """Wait for a condition that the watch makes true asynchronously."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+def last_condition(subscription: Any) -> str | None:
+    """The newest condition type of the subscription's cached job."""
+    entry = subscription.entry
+    conditions = ((entry.job.get("status") or {}).get("conditions") or []) if entry else []
+    return conditions[-1]["type"] if conditions else None
+
+
+async def test_one_list_and_one_watch_serve_every_subscriber(apiserver: Any) -> None:
+    for name in ("a", "b", "c"):
+        await apiserver.put(labelled_job(name, running_status()))
+    await apiserver.put(make_job("not-ours", "ml", status=running_status()))  # no provider label
+
+    async with (
+        subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub_a,
+        subscribe(connection(apiserver), PYTORCH, "ml", "b", label_selector=SELECTOR) as sub_b,
+        subscribe(connection(apiserver), PYTORCH, "ml", "c", label_selector=SELECTOR) as sub_c,
+    ):
+        await until(lambda: sub_a.synced)
+        assert sub_b.entry is not None and sub_c.entry is not None
+        assert "not-ours" not in sub_a.watch._jobs  # the label selector kept it out of the cache
+
+        await apiserver.put(labelled_job("b", succeeded_status()))
+        await until(lambda: last_condition(sub_b) == "Succeeded")
+
+        assert sub_a.watch is sub_b.watch is sub_c.watch
+        assert apiserver.count("list") == 1
+        assert apiserver.count("watch") == 1
+        assert apiserver.queries("list")[0]["labelSelector"] == TASK_INSTANCE_LABEL
+
+
+async def test_only_the_changed_jobs_subscribers_are_woken(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    await apiserver.put(labelled_job("b", running_status()))
+    async with (
+        subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub_a,
+        subscribe(connection(apiserver), PYTORCH, "ml", "b", label_selector=SELECTOR) as sub_b,
+    ):
+        await until(lambda: sub_a.synced and apiserver.open_watches == 1)
+        sub_a._changed.clear()
+        sub_b._changed.clear()
+
+        await apiserver.put(labelled_job("a", succeeded_status()))
+        await asyncio.wait_for(sub_a.wait(None), 5)
+
+        assert not sub_b._changed.is_set()
+
+
+async def test_the_cache_keeps_identity_and_status_not_the_spec(apiserver: Any) -> None:
+    job = labelled_job("a", running_status())
+    job["metadata"]["managedFields"] = [{"manager": "training-operator", "fieldsV1": {"f:status": {}}}]
+    await apiserver.put(job)
+
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
+        await until(lambda: sub.synced)
+        cached = sub.entry.job
+
+    assert set(cached) == {"apiVersion", "kind", "metadata", "status"}
+    assert "managedFields" not in cached["metadata"]
+    assert cached["metadata"]["uid"] == "uid-a"
+    assert cached["status"] == job["status"]
+
+
+async def test_a_renewed_watch_resumes_from_the_last_bookmark(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    apiserver.bookmark_interval = 0.2
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, watch_timeout=1) as sub:
+        await until(lambda: sub.synced and apiserver.open_watches == 1)
+        listed_at = int(apiserver.queries("watch")[0]["resourceVersion"])
+        await apiserver.put(labelled_job("unrelated", running_status()), plural="mpijobs")  # moves the version
+        await until(lambda: apiserver.count("watch") >= 2, timeout=4)
+
+        renewal = apiserver.queries("watch")[1]
+        assert int(renewal["resourceVersion"]) > listed_at  # from the bookmark, not the list
+        assert renewal["allowWatchBookmarks"].lower() == "true"
+        assert renewal["timeoutSeconds"] == "1"
+        assert apiserver.count("list") == 1  # a normal renewal needs no relist
+
+
+async def test_410_gone_relists_and_watches_from_the_lists_version(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, watch_timeout=1) as sub:
+        await until(lambda: sub.synced and apiserver.open_watches == 1)
+        # An API server restart: the history is gone, and the job changed meanwhile.
+        apiserver.compact()
+        apiserver.events.clear()
+        apiserver.objects[("ml", "pytorchjobs", "a")]["status"] = succeeded_status()
+        apiserver.resource_version += 1
+        apiserver.objects[("ml", "pytorchjobs", "a")]["metadata"]["resourceVersion"] = str(apiserver.resource_version)
+
+        await until(lambda: last_condition(sub) == "Succeeded", 6)
+
+        assert apiserver.count("list") == 2
+        last_watch = apiserver.queries("watch")[-1]
+        assert int(last_watch["resourceVersion"]) == apiserver.resource_version
+        assert sub.problem is None
+
+
+async def test_repeated_410s_back_off_instead_of_looping(apiserver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watch cache that keeps answering 410 must not turn into a hot loop of LIST + WATCH."""
+    await apiserver.put(labelled_job("a", running_status()))
+
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, poll_interval=1.0) as sub:
+        await until(lambda: sub.synced)
+        apiserver.compacted_below = 10**9  # every watch, from any version, is answered 410
+        requests_before = len(apiserver.requests)
+        await asyncio.sleep(2.0)
+
+    # Backoff of 0.5 s, 1 s (capped by poll_interval) with jitter: a handful, not hundreds.
+    assert len(apiserver.requests) - requests_before <= 12
+
+
+async def test_a_silent_connection_is_ended_by_the_client_side_timeout(
+    apiserver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_watch, "CLIENT_TIMEOUT_MARGIN_SECONDS", 0.5)
+    await apiserver.put(labelled_job("a", running_status()))
+    apiserver.hang_watches = True  # the server accepts the watch and never sends or closes
+
+    async with subscribe(
+        connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, watch_timeout=1, poll_interval=0.1
+    ) as sub:
+        await until(lambda: apiserver.count("watch") >= 2, timeout=6)
+        assert sub.problem is not None and sub.problem.status is None  # a client-side timeout
+
+        apiserver.hang_watches = False
+        await apiserver.put(labelled_job("a", succeeded_status()))
+        await until(lambda: last_condition(sub) == "Succeeded", timeout=6)
+        await until(lambda: sub.problem is None)
+
+
+async def test_transient_failures_are_retried_and_reported_while_they_last(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    apiserver.fail_next("list", 503, count=2, reason="ServiceUnavailable")
+
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, poll_interval=0.05) as sub:
+        await until(lambda: sub.problem is not None)
+        assert sub.problem.status == 503 and not sub.problem.fatal and not sub.problem.denied
+        first_failure = sub.problem.since
+
+        await until(lambda: sub.synced, timeout=5)
+
+        assert sub.problem is None
+        assert apiserver.count("list") == 3
+        assert first_failure > 0
+
+
+async def test_an_answer_that_retrying_cannot_fix_is_fatal(apiserver: Any) -> None:
+    """A 404 of the collection: the CRD is not installed (or the kind is served under another version)."""
+    apiserver.fail_next("list", 404, reason="NotFound")
+
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
+        await until(lambda: sub.problem is not None)
+
+        assert sub.problem.fatal and sub.problem.status == 404
+
+
+async def test_a_401_rebuilds_the_client_with_fresh_credentials(apiserver: Any, tmp_path: Path) -> None:
+    """An exec plugin's token expires mid-wait: the 401 re-runs the plugin, the watch goes on."""
+    token_file = tmp_path / "token"
+    runs = tmp_path / "runs"
+    token_file.write_text("token-1")
+    apiserver.tokens = {"token-1"}
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib, sys\n"
+        f"pathlib.Path({str(runs)!r}).open('a').write('run\\n')\n"
+        f"token = pathlib.Path({str(token_file)!r}).read_text().strip()\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential',"
+        " 'status': {'token': token}}))\n"
+    )
+    exec_user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": sys.executable,
+            "args": [str(plugin)],
+            "interactiveMode": "Never",
+        }
+    }
+    await apiserver.put(labelled_job("a", running_status()))
+
+    async with subscribe(connection(apiserver, **exec_user), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
+        await until(lambda: sub.synced and apiserver.open_watches == 1)
+        generation = sub.watch.cluster.generation
+        # The token is revoked and the plugin now issues a new one; the current watch is cut.
+        apiserver.tokens = {"token-2"}
+        token_file.write_text("token-2")
+        await apiserver.drop_watches()  # the next request must authenticate again
+
+        await until(lambda: sub.watch.cluster.generation > generation, timeout=6)
+        await apiserver.put(labelled_job("a", succeeded_status()))
+        await until(lambda: last_condition(sub) == "Succeeded", timeout=6)
+
+        assert sub.problem is None
+        assert runs.read_text().count("run") >= 2
+
+
+async def test_a_401_that_a_fresh_client_also_gets_is_reported_as_such(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    apiserver.tokens = set()  # nothing is accepted
+
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, poll_interval=0.05) as sub:
+        await until(lambda: sub.problem is not None)
+
+        assert sub.problem.status == 401 and sub.problem.denied
+        assert sub.watch.cluster.generation >= 2  # it did try new credentials first
+        assert not sub.watch.ever_synced
+
+
+async def test_a_deleted_job_leaves_a_tombstone_for_its_subscribers_only(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    await apiserver.put(labelled_job("b", running_status()))
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
+        await until(lambda: sub.synced and apiserver.open_watches == 1)
+
+        await apiserver.remove("ml", "a")
+        await apiserver.remove("ml", "b")
+        await until(lambda: sub.entry is not None and sub.entry.deleted)
+        await until(lambda: "b" not in sub.watch._jobs)
+
+        assert sub.entry is not None and sub.entry.deleted
+        assert sub.entry.job["metadata"]["uid"] == "uid-a"
+
+
+async def test_a_job_gone_while_the_watch_was_broken_is_found_by_the_relist(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, watch_timeout=1) as sub:
+        await until(lambda: sub.synced and apiserver.open_watches == 1)
+        del apiserver.objects[("ml", "pytorchjobs", "a")]  # deleted while nobody could see the event
+        apiserver.compact()
+
+        await until(lambda: sub.entry is not None and sub.entry.deleted, timeout=5)
+
+
+async def test_the_watch_stops_after_its_last_subscriber_and_closes_the_client(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
+        await until(lambda: sub.synced and apiserver.open_watches == 1)
+        watch = sub.watch
+
+    await until(lambda: not registry().watches and not registry().clusters)
+    await until(lambda: apiserver.open_watches == 0)
+    await until(lambda: not registry()._closing)
+    assert watch._task is None
+    assert [task for task in asyncio.all_tasks() if "shared-watch" in task.get_name()] == []
+
+
+async def test_a_subscriber_arriving_within_the_linger_reuses_the_watch(
+    apiserver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_watch, "LINGER_SECONDS", 1.0)
+    await apiserver.put(labelled_job("a", running_status()))
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as first:
+        await until(lambda: first.synced)
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as second:
+        assert second.watch is first.watch
+        assert second.entry is not None  # warm: no new LIST needed
+    assert apiserver.count("list") == 1
+
+
+async def test_watches_of_one_cluster_share_its_client(apiserver: Any) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    await apiserver.put(labelled_job("m", running_status()), plural="mpijobs")
+    mpi = get_job_kind("MPIJob")
+    async with (
+        subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as torch_sub,
+        subscribe(connection(apiserver), mpi, "ml", "m", label_selector=SELECTOR) as mpi_sub,
+        subscribe(connection(apiserver), PYTORCH, "ml", "a", field_selector="metadata.name=a") as by_name,
+    ):
+        await until(lambda: torch_sub.synced and mpi_sub.synced and by_name.synced)
+
+        assert len({id(torch_sub.watch), id(mpi_sub.watch), id(by_name.watch)}) == 3
+        assert torch_sub.watch.cluster is mpi_sub.watch.cluster is by_name.watch.cluster
+        assert mpi_sub.entry is not None and by_name.entry is not None
+        assert apiserver.queries("list")[-1].get("fieldSelector") in (None, "metadata.name=a")
+
+
+async def test_read_gets_one_job_through_the_shared_client(apiserver: Any) -> None:
+    await apiserver.put(make_job("plain", "ml", uid="uid-p", status=running_status()))
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "plain", label_selector=SELECTOR) as sub:
+        found = await sub.read()
+        missing = await sub.watch.read("nothing-here")
+
+    assert found is not None and found["metadata"]["uid"] == "uid-p"
+    assert missing is None
