@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_disttrain.hooks.api_errors import api_status, is_transient
+from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, is_transient
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient, cluster_identity
 from airflow_provider_disttrain.kinds import JobKind
 
@@ -280,9 +280,12 @@ class SharedWatch:
     def _set_problem(self, error: BaseException | None, status: int | None = None, *, fatal: bool = False) -> None:
         if error is None:
             if self.problem is not None:
+                log.info("Watch %s works again after %.0fs", self.key, time.time() - self.problem.since)
                 self.problem = None
                 self._notify()
             return
+        if self.problem is None:  # once per episode, not per retry
+            log.warning("Watch %s: %s; retrying with backoff", self.key, describe_error(error))
         problem = WatchProblem(error, time.time(), status, fatal)
         if self.problem is not None and self.problem.denied == problem.denied:
             # The same kind of trouble goes on (an outage, or a refusal): it counts from its start.

@@ -329,3 +329,27 @@ async def test_read_gets_one_job_through_the_shared_client(apiserver: Any) -> No
 
     assert found is not None and found["metadata"]["uid"] == "uid-p"
     assert missing is None
+
+
+async def test_a_quiet_job_renews_its_watch_without_a_warning(apiserver: Any, caplog: pytest.LogCaptureFixture) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    caplog.set_level("DEBUG", logger=shared_watch.__name__)
+
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, watch_timeout=1) as sub:
+        await until(lambda: apiserver.count("watch") >= 3, timeout=6)
+
+        assert sub.problem is None
+    assert apiserver.count("list") == 1  # one request per renewal, no relist, no polling
+    assert [record for record in caplog.records if record.levelname == "WARNING"] == []
+
+
+async def test_an_outage_is_logged_once_not_per_retry(apiserver: Any, caplog: pytest.LogCaptureFixture) -> None:
+    await apiserver.put(labelled_job("a", running_status()))
+    apiserver.fail_next("list", 503, count=5, reason="ServiceUnavailable")
+
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, poll_interval=0.05) as sub:
+        await until(lambda: sub.synced, timeout=6)
+
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1 and "503" in warnings[0]
+    assert any("works again" in record.getMessage() for record in caplog.records)
