@@ -121,6 +121,7 @@ def test_a_job_quiet_for_longer_than_watch_timeout_costs_one_request_per_renewal
         event, _ = asyncio.run(run_like_the_triggerer(trigger))
         waited = time.monotonic() - started
         made = requests.since(before)
+    print(f"quiet job: {made} requests in {waited:.1f}s with watch_timeout={QUIET_WATCH_TIMEOUT}")
 
     assert event["status"] == "success", event["message"]
     renewals = math.ceil(waited / QUIET_WATCH_TIMEOUT)
@@ -161,6 +162,7 @@ def test_twenty_triggers_get_their_events_across_an_api_server_restart_without_a
         # Read once, at the end: the counters restarted with the server, so this is "since the restart".
         since_restart = requests.totals()
         seconds_since_restart = time.time() - restart_began
+    print(f"API-server restart: {since_restart} requests in the {seconds_since_restart:.0f}s since it began")
 
     wrong = {name: event["message"] for name, (event, _) in events.items() if event["status"] != expected[name]}
     assert not wrong, wrong
@@ -294,11 +296,11 @@ async def until_quiet(port: int, baseline: set[tuple[str, int]], linger: float) 
 
 
 def test_fifty_triggers_some_moved_away_midway_leave_no_task_session_or_connection(
-    namespace, admin_api, jobs, service_account_kubeconfig
+    namespace, admin_api, service_account_kubeconfig
 ):
     names = [f"job-{i:02d}" for i in range(50)]
     moved = names[:40:2]  # 20 triggers the triggerer cancels to hand them to another triggerer
-    uids = submit_jobs(admin_api, namespace, {name: {RUN_SECONDS: "40"} for name in names})
+    uids = submit_jobs(admin_api, namespace, {name: {RUN_SECONDS: "12"} for name in names})
     port = api_server_port(service_account_kubeconfig)
 
     async def fifty_triggers() -> dict[str, Any]:
@@ -308,8 +310,7 @@ def test_fifty_triggers_some_moved_away_midway_leave_no_task_session_or_connecti
         baseline = held_connections(port)
         triggers = {name: make_trigger(namespace, name, uids[name]) for name in names}
         waiting = {name: asyncio.create_task(run_like_the_triggerer(triggers[name])) for name in names}
-        # Midway: the jobs are under way (half of them running already), none can have finished yet.
-        await in_thread(jobs.wait_for, lambda: running_pods(jobs, namespace) >= len(names) // 2, 60, "pods running")
+        await asyncio.sleep(3)  # midway: every trigger waits, no job can have run its 12 s yet
 
         for name in moved:
             waiting[name].cancel()
