@@ -315,6 +315,19 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             self.log.info("Dry run: the API server accepted %s %s", self.kind, manifest["metadata"]["name"])
             return job_result(admitted, self.kind)
 
+        if (earlier := self._earlier_try_result(hook, context)) is not None:
+            # The job succeeded under an earlier try and is gone since (delete_on_finish, TTL): its result stands.
+            context["ti"].xcom_push(key="job_name", value=earlier["name"])
+            context["ti"].xcom_push(key="job_namespace", value=earlier["namespace"])
+            self.log.info(
+                "%s %s/%s succeeded under an earlier try: not training again",
+                self.kind,
+                earlier["namespace"],
+                earlier["name"],
+            )
+            self._remember(context, task_succeeded=True)
+            return earlier
+
         job, reattached = self._submit_or_reattach(hook, manifest, context)
         metadata = job["metadata"]
         self._job_ref = JobRef(self.kind, metadata["name"], metadata["namespace"], metadata.get("uid"))
@@ -327,6 +340,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             describe_state(job),
         )
         if not self.wait_for_completion:
+            self._remember(context, task_succeeded=True)
             return job_result(job, self.kind)
 
         startup_deadline = self._startup_deadline(job)
@@ -411,12 +425,42 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             )
         return job, False
 
+    @staticmethod
+    def _retried_entry(store: Any) -> dict[str, Any] | None:
+        """What an earlier try of this task instance saved, unless that try ended in the task's success.
+
+        A run after a successful one can only be a user's deliberate clear (a retry follows a failure),
+        which asks for a new training: the saved job is not this run's to take over.
+        """
+        saved = store.get(STATE_STORE_KEY) if store is not None else None
+        return saved if saved and not saved.get("task_succeeded") else None
+
+    def _earlier_try_result(self, hook: TrainingJobHook, context: Context) -> dict[str, Any] | None:
+        """The saved result of a job an earlier try saw succeed and that no longer exists."""
+        saved = self._retried_entry(context.get("task_state_store"))
+        if not saved or not saved.get("result"):
+            return None
+        job = hook.get_job(saved["kind"], saved["name"], saved["namespace"])
+        if job is not None and job["metadata"].get("uid") == saved.get("uid"):
+            return None  # still there: taken over as a job, so the rest of the ending (delete_on_finish) runs
+        return dict(saved["result"])
+
+    def _remember(self, context: Context, **fields: Any) -> None:
+        """Add to the task state store's entry for this task's job (no-op without a store)."""
+        store, ref = context.get("task_state_store"), self._job_ref
+        if store is None:
+            return
+        entry = store.get(STATE_STORE_KEY) or {}
+        if ref is not None and entry.get("uid") != ref.uid:
+            entry = {"kind": ref.kind, "name": ref.name, "namespace": ref.namespace, "uid": ref.uid}
+        store.set(STATE_STORE_KEY, {**entry, **fields})
+
     def _earlier_try_job(self, hook: TrainingJobHook, manifest: dict[str, Any], store: Any) -> dict[str, Any] | None:
-        """A job an earlier try of this task instance created and that is still running."""
+        """A job an earlier try of this task instance created: running, or (per the store) succeeded."""
         namespace = manifest["metadata"]["namespace"]
-        if store is not None and (saved := store.get(STATE_STORE_KEY)):
+        if saved := self._retried_entry(store):
             job = hook.get_job(saved["kind"], saved["name"], saved["namespace"])
-            if job and job["metadata"].get("uid") == saved.get("uid") and not job_state(job).is_terminal:
+            if job and job["metadata"].get("uid") == saved.get("uid") and job_state(job) is not JobState.FAILED:
                 return job
         key = manifest["metadata"]["labels"][TASK_INSTANCE_LABEL]
         running = [
@@ -512,8 +556,11 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         if status == outcomes.SUCCESS:
             result = outcome["job"]
             self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
+            # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
+            self._remember(context, result=result)
             if self.delete_on_finish in ("succeeded", "always"):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+            self._remember(context, task_succeeded=True)
             return result
         message = hook.explain_outcome(ref, outcome["message"], job, logger=self.log)
         if status == outcomes.FAILED:
