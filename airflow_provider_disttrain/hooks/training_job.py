@@ -25,6 +25,7 @@ from airflow_provider_disttrain.hooks.api_errors import (
     raise_for_access,
     retry_transient,
 )
+from airflow_provider_disttrain.hooks.rejections import field_error
 from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, JobKind, get_job_kind
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
@@ -62,6 +63,8 @@ class TrainingJobHook(KubernetesHook):
             plural=kind.plural,
             body=dict(manifest),
             dry_run="All" if dry_run else None,
+            # Refuse a field the schema does not know instead of silently dropping it (``rejections``).
+            field_validation="Strict",
         )
 
     def create_job(
@@ -76,6 +79,8 @@ class TrainingJobHook(KubernetesHook):
             raise_for_access(error, f"create {kind.kind} {namespace}/{name}")
             if api_status(error) == 409:
                 raise JobAlreadyExistsError(f"{kind.kind} {namespace}/{name} already exists") from error
+            if refused := field_error(error, f"create {kind.kind} {namespace}/{name}"):
+                raise refused from error
             raise
 
     @retry_transient()
@@ -122,9 +127,12 @@ class TrainingJobHook(KubernetesHook):
                 plural=kind.plural,
                 name=name,
                 body=dict(patch),
+                field_validation="Strict",
             )
         except Exception as error:
             raise_for_access(error, f"patch {kind.kind} {namespace}/{name}")
+            if refused := field_error(error, f"patch {kind.kind} {namespace}/{name}"):
+                raise refused from error
             raise
 
     @retry_transient()

@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from airflow_provider_disttrain.exceptions import ClusterAccessError, JobAlreadyExistsError
+from airflow_provider_disttrain.exceptions import ClusterAccessError, InvalidJobSpecError, JobAlreadyExistsError
 from airflow_provider_disttrain.hooks.api_errors import API_ATTEMPTS
 from airflow_provider_disttrain.hooks.training_job import LOG_TAIL_LINES, TrainingJobHook
 from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
@@ -87,6 +87,7 @@ def test_create_sends_the_kinds_group_version_plural_and_namespace(hook: Trainin
         plural="pytorchjobs",
         body=MANIFEST,
         dry_run=None,
+        field_validation="Strict",
     )
 
 
@@ -238,8 +239,58 @@ def test_patch_job_sends_the_merge_patch(hook: TrainingJobHook, custom: MagicMoc
 
     assert hook.patch_job("PyTorchJob", "train-abc", "ml", patch) == {"patched": True}
     custom.patch_namespaced_custom_object.assert_called_once_with(
-        group="kubeflow.org", version="v1", namespace="ml", plural="pytorchjobs", name="train-abc", body=patch
+        group="kubeflow.org",
+        version="v1",
+        namespace="ml",
+        plural="pytorchjobs",
+        name="train-abc",
+        body=patch,
+        field_validation="Strict",
     )
+
+
+# What the API server (v1.36) answered with fieldValidation=Strict, captured from the local cluster.
+UNKNOWN_FIELD_ON_CREATE = json.dumps(
+    {
+        "kind": "Status",
+        "status": "Failure",
+        "message": 'PyTorchJob in version "v1" cannot be handled as a PyTorchJob: strict decoding error: '
+        'unknown field "spec.runPolicy.cleanPodPolicyy"',
+        "reason": "BadRequest",
+        "code": 400,
+    }
+)
+UNKNOWN_FIELD_ON_PATCH = json.dumps(
+    {
+        "kind": "Status",
+        "status": "Failure",
+        "message": ' "" is invalid: patch: Invalid value: "{\\"spec\\":{}}": strict decoding error: '
+        'unknown field "spec.runPolicy.suspended"',
+        "reason": "Invalid",
+        "details": {"causes": [{"reason": "FieldValueInvalid", "message": "Invalid value", "field": "patch"}]},
+        "code": 422,
+    }
+)
+
+
+def test_create_of_a_misspelt_field_names_it_and_is_not_retried(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.create_namespaced_custom_object.side_effect = api_error(400, "Bad Request", UNKNOWN_FIELD_ON_CREATE)
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        hook.create_job("PyTorchJob", MANIFEST, "ml")
+
+    assert raised.value.field == "spec.runPolicy.cleanPodPolicyy"
+    assert "create PyTorchJob ml/train-abc" in raised.value.problem
+    assert custom.create_namespaced_custom_object.call_count == 1
+
+
+def test_patch_of_a_misspelt_field_names_it(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.patch_namespaced_custom_object.side_effect = api_error(422, "Unprocessable Entity", UNKNOWN_FIELD_ON_PATCH)
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        hook.patch_job("PyTorchJob", "train-abc", "ml", {"spec": {"runPolicy": {"suspended": True}}})
+
+    assert raised.value.field == "spec.runPolicy.suspended"
 
 
 def test_delete_with_uid_sends_a_precondition(hook: TrainingJobHook, custom: MagicMock) -> None:
