@@ -1,0 +1,121 @@
+"""Processes of the deployment die or restart while training tasks wait: a triggerer killed with
+SIGKILL (its supervisor starts a new one), a task process killed during a synchronous wait, a
+scheduler restarted. Every task still succeeds, with exactly one job per task instance."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import psutil
+
+from tests.e2e.airflow_rest import AirflowRest, wait_until
+from tests.e2e.conftest import Cluster, Process, deferred_count, job_succeeded, wait_for_health
+
+FANOUT = "disttrain_e2e_fanout"
+SYNC = "disttrain_e2e_sync"
+
+
+def assert_one_succeeded_job_per_task_instance(
+    airflow: AirflowRest, cluster: Cluster, dag_id: str, run_id: str, count: int
+) -> None:
+    tis = airflow.task_instances(dag_id, run_id, "train")
+    assert len(tis) == count and {ti["state"] for ti in tis} == {"success"}
+    per_task_instance = cluster.jobs_per_task_instance(dag_id, run_id)
+    assert len(per_task_instance) == count
+    for key, jobs in per_task_instance.items():
+        assert len(jobs) == 1, f"task instance {key} has {len(jobs)} jobs"
+        assert job_succeeded(jobs[0]), f"{jobs[0]['metadata']['name']} is not Succeeded: {jobs[0].get('status')}"
+
+
+def start_fanout(airflow: AirflowRest, runs: list[tuple[str, str]], count: int) -> str:
+    """Triggers ``count`` training tasks; returns once all are deferred, their (suspended) jobs held."""
+    run_id = airflow.trigger(FANOUT, {"count": count})
+    runs.append((FANOUT, run_id))
+    wait_until(lambda: deferred_count(airflow, FANOUT, run_id) == count, 240, f"{count} deferred tasks")
+    return run_id
+
+
+def triggerer_jobs_in_logs(airflow: AirflowRest, run_id: str) -> list[set[str]]:
+    """For each map index, the ids of the triggerer jobs that ran its trigger (from its log files' names)."""
+    logs = [
+        airflow.log(FANOUT, run_id, "train", try_number=1, map_index=ti["map_index"])
+        for ti in airflow.task_instances(FANOUT, run_id, "train")
+    ]
+    return [set(re.findall(r"\.log\.trigger\.(\d+)\.log", log)) for log in logs]
+
+
+def test_a_killed_triggerer_is_replaced_and_every_deferred_task_succeeds(
+    e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster, triggerer: Process
+) -> None:
+    airflow = e2e_dags
+    run_id = start_fanout(airflow, runs, count=10)
+    wait_until(
+        lambda: all(triggerer_jobs_in_logs(airflow, run_id)), 60, "the triggerer to run all 10 triggers", interval=2
+    )
+
+    killed = triggerer.kill_hard()
+    new_pid = triggerer.wait_restarted(killed)
+    print(f"\n[triggerer] killed pid {killed} with SIGKILL; the supervisor started pid {new_pid}")
+    assert cluster.release_jobs(FANOUT, run_id) == 10
+
+    assert airflow.wait_for_run(FANOUT, run_id, timeout=300) == "success"
+    assert_one_succeeded_job_per_task_instance(airflow, cluster, FANOUT, run_id, 10)
+    # Every wait was taken up again by the new triggerer: each task's log has a trigger log file from
+    # the killed triggerer's job and one from the new triggerer's (the file names carry the job ids).
+    triggerer_jobs = triggerer_jobs_in_logs(airflow, run_id)
+    assert all(len(jobs) == 2 for jobs in triggerer_jobs), triggerer_jobs
+    assert len(set.union(*triggerer_jobs)) == 2, triggerer_jobs
+    wait_for_health(airflow, "triggerer")
+
+
+def test_a_task_process_killed_during_a_synchronous_wait_is_retried_and_reattaches(
+    e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster
+) -> None:
+    airflow = e2e_dags
+    run_id = airflow.trigger(SYNC, {"run_seconds": 30})
+    runs.append((SYNC, run_id))
+    wait_until(lambda: cluster.jobs(SYNC, run_id), 180, "the task to submit its job")
+    ti = airflow.wait_for_state(SYNC, run_id, "train", {"running"}, timeout=60)
+    [job] = cluster.jobs(SYNC, run_id)
+
+    # The task process retitles itself "airflow worker -- <task instance id>".
+    title = f"airflow worker -- {ti['id']}"
+
+    def task_process() -> psutil.Process | None:
+        for process in psutil.process_iter(["cmdline"]):
+            if title in " ".join(process.info["cmdline"] or []):
+                return process
+        return None
+
+    process = wait_until(task_process, 30, f"the process titled {title!r}")
+    process.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+
+    assert airflow.wait_for_run(SYNC, run_id, timeout=240) == "success"
+    tries = airflow.tries(SYNC, run_id, "train")
+    # The first try ended when its process died (failed, then up for retry); the second succeeded.
+    assert len(tries) == 2 and tries[0]["state"] in {"failed", "up_for_retry"} and tries[1]["state"] == "success"
+    jobs = cluster.jobs(SYNC, run_id)
+    assert [j["metadata"]["uid"] for j in jobs] == [job["metadata"]["uid"]], "the retry did not reattach"
+    assert job_succeeded(jobs[0])
+    assert "Reattached to" in airflow.log(SYNC, run_id, "train", try_number=2)
+    print(f"\n[worker death] the retry reattached; run finished {time.monotonic() - killed:.0f}s after the kill")
+
+
+def test_a_scheduler_restart_while_tasks_are_deferred_changes_nothing(
+    e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster, scheduler: Process
+) -> None:
+    airflow = e2e_dags
+    run_id = start_fanout(airflow, runs, count=5)
+
+    stopped = scheduler.restart()
+    scheduler.wait_restarted(stopped)
+    wait_for_health(airflow, "scheduler")
+    assert cluster.release_jobs(FANOUT, run_id) == 5
+
+    assert airflow.wait_for_run(FANOUT, run_id, timeout=240) == "success"
+    assert_one_succeeded_job_per_task_instance(airflow, cluster, FANOUT, run_id, 5)
+    for ti in airflow.task_instances(FANOUT, run_id, "train"):
+        assert [t["state"] for t in airflow.tries(FANOUT, run_id, "train", ti["map_index"])] == ["success"]

@@ -1,0 +1,68 @@
+"""Example 1 (the retraining pipeline) in the real deployment: triggered through the REST API, its
+training task submitted by a LocalExecutor worker, deferred to the triggerer, resumed, and the run
+ends in success."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from tests.e2e.airflow_rest import AirflowRest, wait_until
+from tests.e2e.conftest import Cluster
+
+DAG_ID = "disttrain_retraining_pipeline"
+TRIGGER_CLASSPATH = "airflow_provider_disttrain.triggers.training_job.TrainingJobTrigger"
+
+
+def test_retraining_pipeline_runs_to_success_through_the_triggerer(
+    e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster
+) -> None:
+    airflow = e2e_dags
+    wait_until(lambda: airflow.dag_exists(DAG_ID), 120, f"the dag-processor to parse {DAG_ID}")
+    airflow.unpause(DAG_ID)
+
+    # The example renders {{ ds }}, which only exists for a run with a logical date (as the UI's
+    # trigger form fills in); a run triggered with none fails on rendering.
+    run_id = airflow.trigger(DAG_ID, logical_date=datetime.now(timezone.utc).isoformat())
+    runs.append((DAG_ID, run_id))
+    # Watch the training task while it waits: deferred, its trigger held by a triggerer.
+    seen_deferred: dict | None = None
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        ti = airflow.task_instance(DAG_ID, run_id, "train")
+        if ti["state"] == "deferred" and ti["trigger"] and ti["triggerer_job"]:
+            seen_deferred = ti
+            break
+        if ti["state"] in {"success", "failed", "upstream_failed"}:
+            break
+        time.sleep(0.3)
+    assert seen_deferred, f"the train task was never seen deferred in a triggerer (last state: {ti['state']})"
+    assert seen_deferred["trigger"]["classpath"] == TRIGGER_CLASSPATH
+    assert seen_deferred["triggerer_job"]["job_type"] == "TriggererJob"
+    jobs_while_deferred = cluster.jobs(DAG_ID, run_id)
+    assert len(jobs_while_deferred) == 1
+    job_name = jobs_while_deferred[0]["metadata"]["name"]
+
+    assert airflow.wait_for_run(DAG_ID, run_id, timeout=240) == "success"
+    states = {ti["task_id"]: ti["state"] for ti in airflow.task_instances(DAG_ID, run_id)}
+    assert states == {
+        "prepare_data": "success",
+        "train": "success",
+        "evaluate": "success",
+        "promote_model": "success",
+        "keep_current_model": "skipped",
+    }
+    # One try: the task was resumed after the trigger fired, not retried.
+    assert [t["state"] for t in airflow.tries(DAG_ID, run_id, "train")] == ["success"]
+    result = airflow.xcom(DAG_ID, run_id, "train")
+    assert (result["name"], result["state"]) == (job_name, "succeeded")
+    # The example deletes its job once it succeeded (delete_on_finish="succeeded").
+    wait_until(lambda: not cluster.jobs(DAG_ID, run_id), 30, f"{job_name} to be deleted after success")
+
+    # The task's log (through the API) holds what the triggerer wrote while it ran the trigger, in a
+    # file named after the triggerer's job id.
+    log = airflow.log(DAG_ID, run_id, "train", try_number=1)
+    assert "Pausing task as DEFERRED" in log
+    assert f".trigger.{seen_deferred['triggerer_job']['id']}.log" in log
+    assert f"(ID {seen_deferred['trigger']['id']}) starting" in log
+    assert job_name in log.split("Pausing task as DEFERRED", 1)[1], log
