@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.exceptions import (
+    InvalidJobSpecError,
     JobAlreadyExistsError,
     JobFailedError,
     JobTimeoutError,
@@ -82,6 +83,23 @@ def _positive_int(value: int | None, field: str, minimum: int = 1) -> int | None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{field}: expected an integer >= {minimum}, got {value!r}")
     return value
+
+
+def check_ttl_leaves_time_to_wait(manifest: Mapping[str, Any], poll_interval: float, field: str) -> None:
+    """Refuse a ``ttlSecondsAfterFinished`` that a wait reading the job every ``poll_interval`` could miss.
+
+    The Kubeflow operator deletes a finished job that many seconds after it finished: read less often,
+    the job can vanish before the wait sees how it ended, and a success would read as a deletion.
+    Two poll intervals leave room for a slow read.
+    """
+    ttl = ((manifest.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+    if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl < 2 * poll_interval:
+        raise InvalidJobSpecError(
+            field,
+            f"{ttl}s lets the Kubeflow operator delete the finished job before a wait that reads it every "
+            f"poll_interval ({poll_interval:g}s) sees how it ended; use at least {2 * poll_interval:g}s, a "
+            "shorter poll_interval, or delete_on_finish to delete the job once the task has its result",
+        )
 
 
 class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
@@ -303,6 +321,13 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         labels = task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
         manifest = set_identity(manifest, name, namespace, labels)
         validate_manifest(kind, manifest)
+        if self.wait_for_completion:
+            ttl_given = self.builder_options["run_policy"].ttl_seconds_after_finished is not None
+            check_ttl_leaves_time_to_wait(
+                manifest,
+                self.poll_interval,
+                "ttl_seconds_after_finished" if ttl_given else "spec.runPolicy.ttlSecondsAfterFinished",
+            )
         return manifest
 
     # -- execute ------------------------------------------------------------------------------------
