@@ -49,7 +49,7 @@ bench: venv ## Import-cost benchmark (provider vs cncf SparkKubernetesOperator)
 .PHONY: bench-trigger-scale
 bench-trigger-scale: N ?= 200
 bench-trigger-scale: STEADY ?= 120
-bench-trigger-scale: venv cluster-up ## N deferred PyTorchJobs in one loop, provider vs cncf polling (N=200 STEADY=120 BENCH_ARGS=)
+bench-trigger-scale: venv ## N deferred PyTorchJobs in one loop, provider vs cncf (N=200 STEADY=120 BENCH_ARGS=); needs make cluster-up
 	@$(VENV_PY) bench/trigger_scale.py --jobs $(N) --steady $(STEADY) $(BENCH_ARGS)
 
 clean: airflow-down cluster-down ## Stop Airflow and the cluster and remove local state (not the binary cache)
