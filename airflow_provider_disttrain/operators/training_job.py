@@ -9,7 +9,7 @@ trigger and the Kubernetes clients are imported inside the methods that run on a
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.links import TrainingJobLink
 from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import JobParameters, RunPolicy, build_manifest, set_identity
-from airflow_provider_disttrain.manifest.loading import MANIFEST_EXTENSIONS, load_manifest
+from airflow_provider_disttrain.manifest.loading import is_manifest_path, load_manifest, manifest_template
 from airflow_provider_disttrain.manifest.pod_validation import validate_resources_parameter, validate_size_limit
 from airflow_provider_disttrain.manifest.validation import (
     max_job_name_length,
@@ -47,6 +47,7 @@ from airflow_provider_disttrain.outcome import JobRef, check_job, seconds_to_dea
 from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state, parse_time
 
 if TYPE_CHECKING:
+    import jinja2
     from airflow.sdk import Context
 
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
@@ -172,7 +173,9 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         "config_file",
         "cluster_context",
     )
-    template_ext: Sequence[str] = MANIFEST_EXTENSIONS
+    # No field is read as a file for its suffix (``args=["--config", "model.yaml"]``, ``config_file``, a
+    # ConfigMap key ``train.json`` in a dict manifest): only a ``job_manifest`` path is, see below.
+    template_ext: Sequence[str] = ()
     template_fields_renderers = {"job_manifest": "yaml", "env": "json", "labels": "json"}
     operator_extra_links = (TrainingJobLink(),)
     ui_color = "#e8f0fe"
@@ -281,6 +284,22 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         self.server_dry_run = dry_run
         self._job_ref: JobRef | None = None
         self._keep_job_on_kill = False
+
+    def _do_render_template_fields(
+        self,
+        parent: Any,
+        template_fields: Iterable[str],
+        context: Context,
+        jinja_env: jinja2.Environment,
+        seen_oids: set[int],
+    ) -> None:
+        """Render ``job_manifest`` given as a file path (relative to the DAG folder, or absolute) as a
+        template file, and every other field as a plain template (Airflow's ``template_ext`` would read
+        any field ending in the suffix as a file). Mapped tasks render through here too."""
+        if parent is self and "job_manifest" in template_fields and is_manifest_path(self.job_manifest):
+            self.job_manifest = self._render(manifest_template(jinja_env, str(self.job_manifest)), context)
+            template_fields = [field for field in template_fields if field != "job_manifest"]
+        super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
 
     # -- collaborators ------------------------------------------------------------------------------
 
