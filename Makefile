@@ -14,7 +14,7 @@ export DEVCLUSTER_DIR ?= $(REPO_ROOT)/.devcluster
 include $(REPO_ROOT)/Makefile.cluster
 include $(REPO_ROOT)/Makefile.airflow
 
-.PHONY: help venv lint unit-test integration-test test demo bench clean
+.PHONY: help venv lint typecheck unit-test lowest-deps-test integration-test test demo bench clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -32,13 +32,33 @@ lint: venv ## ruff check and format check
 	@$(VENV)/bin/ruff check airflow_provider_disttrain tests example_dags bench training demo
 	@$(VENV)/bin/ruff format --check airflow_provider_disttrain tests example_dags bench training demo
 
+typecheck: venv ## mypy on the package (it ships py.typed)
+	@$(VENV)/bin/mypy
+
 unit-test: venv ## Unit tests only (no cluster)
 	@$(VENV)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider
+
+# The lowest versions pyproject.toml declares, for the provider's own dependencies (uv's lowest-direct
+# resolution; transitive ones resolve as usual, within .ci/lowest-deps-constraints.txt), in a venv of
+# their own, so the declared bounds stay true.
+VENV_LOWEST := $(REPO_ROOT)/.venv-lowest
+
+$(VENV_LOWEST)/.installed: pyproject.toml .ci/lowest-deps-constraints.txt
+	@echo "==> Python environment with the lowest declared versions ($(VENV_LOWEST))"
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
+	@uv venv --quiet --allow-existing -p $(PYTHON) $(VENV_LOWEST)
+	@uv pip install --quiet -p $(VENV_LOWEST)/bin/python --resolution lowest-direct \
+		-c .ci/lowest-deps-constraints.txt -e ".[test]"
+	@uv pip list -p $(VENV_LOWEST)/bin/python 2>/dev/null | grep -iE '^(apache-airflow|apache-airflow-core|apache-airflow-task-sdk|apache-airflow-providers-cncf-kubernetes|kubernetes|kubernetes-asyncio|pyyaml|tenacity) '
+	@touch $@
+
+lowest-deps-test: $(VENV_LOWEST)/.installed ## Unit tests on the lowest versions pyproject declares (.venv-lowest)
+	@$(VENV_LOWEST)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider
 
 integration-test: venv cluster-up ## Integration tests against the local cluster
 	@$(VENV)/bin/pytest tests -m integration -q -p no:cacheprovider -rs --durations=15
 
-test: lint unit-test integration-test e2e-test ## Everything CI runs: lint, unit tests, integration tests on the local cluster, e2e tests in Airflow
+test: lint unit-test lowest-deps-test integration-test e2e-test ## Everything CI runs: lint, unit tests (also on the lowest declared versions), integration tests on the local cluster, e2e tests in Airflow
 
 demo: venv cluster-up ## Run example 1 (retraining pipeline) end to end on the local cluster
 	@$(VENV_PY) demo/run_demo.py
