@@ -2,14 +2,18 @@
 
 ``log_targets`` (pure) chooses which pods to follow: the leader by default (PyTorch Master, or
 worker 0 when there is none; the MPI launcher), all replicas, or named ones. ``LogForwarder`` reads
-them through the sync hook and emits only lines it has not emitted yet, so the sync wait can call it
-on every poll (live logs) and the deferrable path once at the end.
+them through the sync hook and emits only lines it has not emitted yet, placed by their timestamps
+(``new_lines``, pure), so the sync wait can call it on every poll (live logs) and the deferrable path
+once at the end.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_disttrain.diagnostics import replica_name
@@ -74,30 +78,86 @@ def validate_log_replicas(value: object) -> None:
 
 
 LOG_WINDOW_LINES = 2000
-_OVERLAP_LINES = 3
+# Bytes per read after the first: a burst bigger than this is caught up over several polls, in order.
+LOG_READ_BYTES = 1_000_000
+_MAX_READ_BYTES = 64_000_000
+_READS_PER_FORWARD = 16
+_NANOSECONDS = 1_000_000_000
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 
 
-def new_lines_start(previous_tail: Sequence[str], lines: Sequence[str]) -> int:
-    """Where the lines not emitted yet begin in ``lines``, the log's latest window.
+@dataclass(frozen=True)
+class LogCursor:
+    """Where the emitted part of a container's log ends: the last emitted line's time (nanoseconds since
+    the epoch) and how many emitted lines carry exactly that time."""
 
-    The window is found again by the last few lines emitted before; when they are no longer in it
-    (more than a window was written since, or the container restarted and its log began anew),
-    the whole window is new.
+    at: int
+    count: int
+
+
+def split_timestamp(line: str) -> tuple[int | None, str]:
+    """``(nanoseconds since the epoch, text)`` of a log line read with ``timestamps=True``."""
+    head, _, text = line.partition(" ")
+    match = _TIMESTAMP.match(head)
+    if not match:
+        return None, line
+    whole, fraction, zone = match.groups()
+    seconds = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone)).timestamp()
+    return int(seconds) * _NANOSECONDS + int((fraction or "0").ljust(9, "0")), text
+
+
+def since_time(cursor: LogCursor) -> str:
+    """``sinceTime`` for reading on from ``cursor``: the API takes whole seconds, so this rounds down."""
+    return datetime.fromtimestamp(cursor.at // _NANOSECONDS, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def complete_lines(text: str, limit_bytes: int | None) -> list[str]:
+    """The lines of a read; a last line cut off by ``limit_bytes`` is left for the next read."""
+    lines = text.splitlines()
+    if limit_bytes is not None and lines and not text.endswith("\n") and len(text.encode()) >= limit_bytes:
+        lines.pop()
+    return lines
+
+
+def new_lines(cursor: LogCursor | None, lines: Sequence[str]) -> tuple[list[str], LogCursor | None]:
+    """The text of the lines of a timestamped read that come after ``cursor``, and the cursor after them.
+
+    A read from ``since_time(cursor)`` starts up to a second before the cursor: older lines are
+    skipped, and of those stamped exactly at the cursor, the first ``cursor.count`` (emitted already).
+    Identical texts are told apart by their times, so repeated lines are neither merged nor lost.
     """
-    overlap = list(previous_tail[-_OVERLAP_LINES:])
-    if not overlap:
-        return 0
-    for end in range(len(lines), len(overlap) - 1, -1):
-        if list(lines[end - len(overlap) : end]) == overlap:
-            return end
+    emitted: list[str] = []
+    end = cursor
+    at_cursor = 0
+    for line in lines:
+        at, text = split_timestamp(line)
+        if at is None:  # not timestamped: nothing to place it by
+            emitted.append(line)
+            continue
+        if cursor is not None and at <= cursor.at:
+            at_cursor += at == cursor.at
+            if at < cursor.at or at_cursor <= cursor.count:
+                continue
+        emitted.append(text)
+        end = LogCursor(at, end.count + 1 if end is not None and end.at == at else 1)
+    return emitted, end
+
+
+def _restart_count(pod: Mapping[str, Any], container: str | None) -> int:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == container:
+            return int(status.get("restartCount") or 0)
     return 0
 
 
 class LogForwarder:
-    """Emits each selected pod's new log lines to ``logger``, remembering what it already emitted.
+    """Emits each selected pod's new log lines to ``logger``, remembering where it stopped.
 
-    Each read asks for the log's last ``LOG_WINDOW_LINES`` lines only, so a long training log costs
-    the same on every poll and never stops being followed.
+    The first read of a pod takes its log's last ``LOG_WINDOW_LINES`` lines; every later read asks
+    for the lines since the last one emitted (``sinceTime``, with timestamps), ``LOG_READ_BYTES`` at a
+    time until caught up, so no line written after the first read is skipped, however repetitive the
+    log or large the burst. When the kubelet restarted the container, the rest of the
+    previous container's log is read first.
     """
 
     def __init__(
@@ -115,7 +175,9 @@ class LogForwarder:
         self.namespace = namespace
         self.log_replicas = log_replicas
         self.logger = logger
-        self._emitted_tail: dict[str, list[str]] = {}
+        self._cursors: dict[str, LogCursor] = {}
+        self._restarts: dict[str, int] = {}
+        self._read_bytes: dict[str, int] = {}
 
     def forward(self, pods: Sequence[Mapping[str, Any]] | None = None) -> int:
         """Emit lines not emitted before; returns how many. Never raises: logs are a courtesy."""
@@ -125,15 +187,55 @@ class LogForwarder:
         try:
             if pods is None:
                 pods = self.hook.list_job_pods(self.job_name, self.namespace)
+            by_name = {pod["metadata"]["name"]: pod for pod in pods}
             for pod_name, container in log_targets(self.kind, pods, self.log_replicas):
-                text = self.hook.read_pod_log(pod_name, self.namespace, container, tail_lines=LOG_WINDOW_LINES)
-                lines = text.splitlines()
-                new = lines[new_lines_start(self._emitted_tail.get(pod_name, []), lines) :]
-                for line in new:
-                    self.logger.info("[%s] %s", pod_name, line)
-                emitted += len(new)
-                if new:
-                    self._emitted_tail[pod_name] = new[-_OVERLAP_LINES:]
+                restarts = _restart_count(by_name[pod_name], container)
+                if pod_name in self._cursors and restarts > self._restarts.get(pod_name, 0):
+                    emitted += self._forward_pod(pod_name, container, previous=True)
+                self._restarts[pod_name] = restarts
+                emitted += self._forward_pod(pod_name, container)
         except Exception as error:
             self.logger.warning("Could not read the logs of %s %s: %r", self.kind.kind, self.job_name, error)
         return emitted
+
+    def _forward_pod(self, pod_name: str, container: str | None, *, previous: bool = False) -> int:
+        """Read on from the pod's cursor until caught up (or ``_READS_PER_FORWARD`` reads); lines emitted."""
+        emitted = 0
+        for _ in range(_READS_PER_FORWARD):
+            count, caught_up = self._read_once(pod_name, container, previous)
+            emitted += count
+            if caught_up:
+                break
+        return emitted
+
+    def _read_once(self, pod_name: str, container: str | None, previous: bool) -> tuple[int, bool]:
+        cursor = self._cursors.get(pod_name)
+        if cursor is None:  # the first read: the log's latest window only
+            text = self.hook.read_pod_log(
+                pod_name, self.namespace, container, tail_lines=LOG_WINDOW_LINES, timestamps=True
+            )
+            limit = None
+        else:
+            limit = self._read_bytes.get(pod_name, LOG_READ_BYTES)
+            text = self.hook.read_pod_log(
+                pod_name,
+                self.namespace,
+                container,
+                limit_bytes=limit,
+                previous=previous,
+                timestamps=True,
+                since_time=since_time(cursor),
+            )
+        new, end = new_lines(cursor, complete_lines(text, limit))
+        for line in new:
+            self.logger.info("[%s] %s", pod_name, line)
+        if end is not None:
+            self._cursors[pod_name] = end
+        truncated = limit is not None and len(text.encode()) >= limit
+        if not truncated:
+            self._read_bytes.pop(pod_name, None)
+        elif not new and limit is not None:
+            # The whole read lay at or before the cursor (``sinceTime`` has whole seconds, and more than a
+            # read's worth of lines share the cursor's second): only a bigger read gets past it.
+            self._read_bytes[pod_name] = min(2 * limit, _MAX_READ_BYTES)
+        return len(new), not truncated or (not new and limit == _MAX_READ_BYTES)

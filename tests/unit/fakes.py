@@ -156,6 +156,8 @@ def make_pod(
     }
 
 
+LOG_START = "2024-05-01T10:00:01"  # the second every fake log line was written in
+
 OOM_KILLED = {"reason": "OOMKilled", "exitCode": 137, "startedAt": RUNNING_AT, "finishedAt": END}
 
 
@@ -366,10 +368,18 @@ class FakeTrainingJobHook:
         tail_lines: int | None = None,
         limit_bytes: int | None = 1_000_000,
         previous: bool = False,
+        timestamps: bool = False,
+        since_time: str | None = None,
     ) -> str:
+        """The log as the kubelet serves it; line ``i`` was written at ``LOG_START`` + ``i`` microseconds."""
         self._record("read_pod_log", pod_name, namespace, container, tail_lines=tail_lines, previous=previous)
         lines = (self.previous_logs if previous else self.logs).get(pod_name, "").splitlines(keepends=True)
-        return "".join(lines[-tail_lines:] if tail_lines else lines)
+        stamped = [(f"{LOG_START}.{index:06d}000Z", line) for index, line in enumerate(lines)]
+        if tail_lines:
+            stamped = stamped[-tail_lines:]
+        if since_time is not None and since_time > f"{LOG_START}Z":  # every line is within LOG_START's second
+            stamped = []
+        return "".join(f"{at} {line}" if timestamps else line for at, line in stamped)
 
     def list_warning_events(self, namespace: str, object_names: set[str]) -> list[dict[str, Any]]:
         self._record("list_warning_events", namespace, set(object_names))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
+from datetime import datetime, timezone
 
 import pytest
 
@@ -209,15 +211,36 @@ class RecordingLogger:
 
 
 class FakeHook:
-    """Stands in for TrainingJobHook: pods and logs from dicts, calls recorded, errors on demand."""
+    """Stands in for TrainingJobHook, serving each pod's log the way the kubelet does (CRI log files).
 
-    def __init__(self, pods: Sequence[dict], logs: dict[str, str]) -> None:
+    Every line carries the time it was written (nanoseconds); ``read_pod_log`` applies ``tail_lines``,
+    then ``since_time`` (RFC 3339, whole seconds, as the API server passes it on), prefixes RFC 3339
+    timestamps with nine fraction digits when ``timestamps`` is set, and cuts the answer at
+    ``limit_bytes``, possibly mid-line. A restarted container starts a new log; ``previous`` reads the
+    one before. Calls are recorded; errors on demand.
+    """
+
+    def __init__(self, pods: Sequence[dict], logs: dict[str, str] | None = None) -> None:
         self.pods = list(pods)
-        self.logs = logs
+        self.files: dict[str, list[list[tuple[int, str]]]] = {}  # pod -> one log per container run
+        self.clock = T0
         self.list_calls: list[tuple[str, str]] = []
         self.read_calls: list[tuple[str, str, str | None]] = []
+        self.read_options: list[dict] = []
         self.fail_list: Exception | None = None
         self.fail_read: dict[str, Exception] = {}
+        for pod, text in (logs or {}).items():
+            self.write(pod, *text.splitlines())
+
+    def write(self, pod: str, *lines: str, at: int | None = None) -> None:
+        """Append lines; each gets its own time unless ``at`` stamps them all alike (a burst)."""
+        runs = self.files.setdefault(pod, [[]])
+        for line in lines:
+            self.clock = at if at is not None else self.clock + 1_000  # 1 µs apart
+            runs[-1].append((self.clock, line))
+
+    def restart(self, pod: str) -> None:
+        self.files.setdefault(pod, [[]]).append([])
 
     def list_job_pods(self, job_name: str, namespace: str) -> list[dict]:
         self.list_calls.append((job_name, namespace))
@@ -226,12 +249,42 @@ class FakeHook:
         return self.pods
 
     def read_pod_log(
-        self, pod_name: str, namespace: str, container: str | None = None, *, tail_lines: int | None = None
+        self,
+        pod_name: str,
+        namespace: str,
+        container: str | None = None,
+        *,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+        previous: bool = False,
+        timestamps: bool = False,
+        since_time: str | None = None,
     ) -> str:
         self.read_calls.append((pod_name, namespace, container))
+        self.read_options.append({"tail_lines": tail_lines, "since_time": since_time, "previous": previous})
         if pod_name in self.fail_read:
             raise self.fail_read[pod_name]
-        return self.logs.get(pod_name, "")
+        runs = self.files.get(pod_name, [[]])
+        if previous and len(runs) < 2:
+            return ""
+        entries = runs[-2] if previous else runs[-1]
+        if tail_lines is not None:
+            entries = entries[-tail_lines:]
+        if since_time is not None:
+            since = int(datetime.fromisoformat(since_time.replace("Z", "+00:00")).timestamp()) * 10**9
+            entries = [entry for entry in entries if entry[0] >= since]
+        text = "".join(f"{stamp(at) + ' ' if timestamps else ''}{line}\n" for at, line in entries)
+        data = text.encode()
+        return data[:limit_bytes].decode(errors="ignore") if limit_bytes is not None else text
+
+
+T0 = int(datetime(2024, 5, 14, 9, 15, tzinfo=timezone.utc).timestamp()) * 10**9
+
+
+def stamp(nanoseconds: int) -> str:
+    """RFC 3339 with nine fraction digits, as the kubelet writes ``timestamps=true``."""
+    seconds, fraction = divmod(nanoseconds, 10**9)
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:09d}Z"
 
 
 @pytest.fixture
@@ -262,7 +315,7 @@ def test_later_calls_emit_only_the_new_lines(logger):
     logs = forwarder(hook, logger)
     logs.forward()
 
-    hook.logs["mnist-master-0"] += "line 3\nline 4\n"
+    hook.write("mnist-master-0", "line 3", "line 4")
     assert logs.forward() == 2
     assert logs.forward() == 0
 
@@ -274,8 +327,8 @@ def test_each_pod_is_tracked_on_its_own(logger):
     logs = forwarder(hook, logger, ALL)
 
     assert logs.forward() == 3
-    hook.logs["mnist-worker-1"] = "late starter\n"
-    hook.logs["mnist-master-0"] += "m2\n"
+    hook.write("mnist-worker-1", "late starter")
+    hook.write("mnist-master-0", "m2")
     assert logs.forward() == 2
 
     assert logger.infos == [
@@ -287,36 +340,146 @@ def test_each_pod_is_tracked_on_its_own(logger):
     ]
 
 
+def restarted(pods: Sequence[dict], pod_name: str, restarts: int) -> list[dict]:
+    """``pods`` with ``pod_name``'s training container restarted ``restarts`` times by the kubelet."""
+    result = copy.deepcopy(list(pods))
+    for pod in result:
+        if pod["metadata"]["name"] == pod_name:
+            pod.setdefault("status", {})["containerStatuses"] = [{"name": "pytorch", "restartCount": restarts}]
+    return result
+
+
 def test_a_restarted_container_s_new_log_is_emitted_from_its_start(logger):
     hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "a\nb\nc\n"})
     logs = forwarder(hook, logger)
     logs.forward()
 
-    hook.logs["mnist-master-0"] = "fresh start\n"
+    hook.restart("mnist-master-0")
+    hook.write("mnist-master-0", "fresh start")
+    hook.pods = restarted(PYTORCH_PODS, "mnist-master-0", 1)
     assert logs.forward() == 1
-    hook.logs["mnist-master-0"] = "fresh start\nx\ny\nz\n"
+    hook.write("mnist-master-0", "x", "y", "z")
     assert logs.forward() == 3
 
-    assert logger.infos[-4:] == [
-        "[mnist-master-0] fresh start",
-        "[mnist-master-0] x",
-        "[mnist-master-0] y",
-        "[mnist-master-0] z",
+    assert logger.infos == [f"[mnist-master-0] {line}" for line in ("a", "b", "c", "fresh start", "x", "y", "z")]
+
+
+def test_what_a_container_wrote_before_it_restarted_is_not_lost(logger):
+    """Lines written between a poll and a crash are only in the previous container's log."""
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "epoch 1\n"})
+    logs = forwarder(hook, logger)
+    logs.forward()
+
+    hook.write("mnist-master-0", "epoch 2", "Traceback (most recent call last):", "RuntimeError: NCCL timeout")
+    hook.restart("mnist-master-0")
+    hook.write("mnist-master-0", "resuming from checkpoint")
+    hook.pods = restarted(PYTORCH_PODS, "mnist-master-0", 1)
+
+    assert logs.forward() == 4
+    assert logger.infos == [
+        "[mnist-master-0] epoch 1",
+        "[mnist-master-0] epoch 2",
+        "[mnist-master-0] Traceback (most recent call last):",
+        "[mnist-master-0] RuntimeError: NCCL timeout",
+        "[mnist-master-0] resuming from checkpoint",
     ]
 
 
 def test_a_log_longer_than_the_window_is_still_followed(logger):
-    """Only the last LOG_WINDOW_LINES lines are read; lines past the first window keep coming."""
+    """The first read takes the last LOG_WINDOW_LINES lines; every line written after it comes."""
     window = logs_module.LOG_WINDOW_LINES
-    everything = [f"step {i}" for i in range(window + 50)]
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "\n".join(everything[:window]) + "\n"})
+    hook = FakeHook(PYTORCH_PODS)
+    hook.write("mnist-master-0", *(f"old {i}" for i in range(window + 10)))
     logs = forwarder(hook, logger)
     assert logs.forward() == window
 
-    hook.logs["mnist-master-0"] = "\n".join(everything[50:]) + "\n"  # the server's last `window` lines
+    hook.write("mnist-master-0", *(f"step {i}" for i in range(window + 50)))
 
-    assert logs.forward() == 50
-    assert logger.infos[-1] == f"[mnist-master-0] step {window + 49}"
+    assert logs.forward() == window + 50
+    assert logger.infos[-(window + 50) :] == [f"[mnist-master-0] step {i}" for i in range(window + 50)]
+
+
+# -- what a window-matching cursor lost: repeated lines and bursts --------------------------------------------
+
+
+def test_a_line_repeated_later_does_not_hide_what_came_between(logger):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "start\nheartbeat\n"})
+    logs = forwarder(hook, logger)
+    logs.forward()
+    hook.write("mnist-master-0", "heartbeat")
+    logs.forward()  # one new line, the same text as an earlier one
+
+    hook.write("mnist-master-0", "loss=0.31", "loss=0.29", "heartbeat")
+
+    assert logs.forward() == 3
+    assert logger.infos[-3:] == [
+        "[mnist-master-0] loss=0.31",
+        "[mnist-master-0] loss=0.29",
+        "[mnist-master-0] heartbeat",
+    ]
+
+
+def test_a_window_ending_in_identical_lines_keeps_what_lies_between(logger):
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "go\n.\n.\n.\n"})
+    logs = forwarder(hook, logger)
+    logs.forward()
+
+    hook.write("mnist-master-0", "checkpoint saved", ".", ".", ".")
+
+    assert logs.forward() == 4
+    assert logger.infos[-4:] == ["[mnist-master-0] checkpoint saved"] + ["[mnist-master-0] ."] * 3
+
+
+def test_identical_lines_sharing_a_timestamp_across_polls_are_each_emitted_once(logger):
+    """A burst written in one instant, read partly before a poll and partly after it."""
+    hook = FakeHook(PYTORCH_PODS)
+    instant = T0 + 5 * 10**9
+    hook.write("mnist-master-0", "rank 0 ready", "rank 1 ready", at=instant)
+    logs = forwarder(hook, logger)
+    assert logs.forward() == 2
+
+    hook.write("mnist-master-0", "rank 1 ready", "rank 2 ready", at=instant)
+    hook.write("mnist-master-0", "all ranks ready")
+
+    assert logs.forward() == 3
+    assert logger.infos == [
+        "[mnist-master-0] rank 0 ready",
+        "[mnist-master-0] rank 1 ready",
+        "[mnist-master-0] rank 1 ready",
+        "[mnist-master-0] rank 2 ready",
+        "[mnist-master-0] all ranks ready",
+    ]
+
+
+def test_a_burst_bigger_than_one_read_is_caught_up_over_polls_without_a_gap(logger, monkeypatch):
+    monkeypatch.setattr(logs_module, "LOG_READ_BYTES", 4096)
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "begin\n"})
+    logs = forwarder(hook, logger)
+    logs.forward()
+
+    burst = [f"batch {i:05d} loss={1 / (i + 1):.6f}" for i in range(2000)]  # ~150 kB
+    hook.write("mnist-master-0", *burst)
+    for _ in range(200):
+        if not logs.forward():
+            break
+
+    assert logger.infos == ["[mnist-master-0] begin"] + [f"[mnist-master-0] {line}" for line in burst]
+
+
+def test_a_burst_within_one_second_bigger_than_one_read_still_advances(logger, monkeypatch):
+    """``since_time`` has whole seconds: a read can return only lines already emitted; it reads more."""
+    monkeypatch.setattr(logs_module, "LOG_READ_BYTES", 2048)
+    hook = FakeHook(PYTORCH_PODS)
+    second = T0 + 7 * 10**9
+    burst = [f"token {i:04d}" for i in range(1000)]
+    for i, line in enumerate(burst):
+        hook.write("mnist-master-0", line, at=second + i)
+    logs = forwarder(hook, logger)
+    for _ in range(100):
+        if not logs.forward() and len(logger.infos) == len(burst):
+            break
+
+    assert logger.infos == [f"[mnist-master-0] {line}" for line in burst]
 
 
 def test_pods_passed_in_are_used_without_listing(logger):
@@ -364,7 +527,7 @@ def test_reading_a_log_failing_is_logged_not_raised_and_keeps_earlier_lines(logg
 
     # Once the API recovers, nothing is repeated and the rest is caught up.
     hook.fail_read.clear()
-    hook.logs["mnist-worker-0"] = "w1\n"
+    hook.write("mnist-worker-0", "w1")
     assert logs.forward() == 1
     assert logger.infos[-1] == "[mnist-worker-0] w1"
 

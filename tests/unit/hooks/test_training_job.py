@@ -385,8 +385,43 @@ def test_read_pod_log_passes_container_and_tail(hook: TrainingJobHook, core: Mag
 
     assert hook.read_pod_log("pod-a", "ml", "pytorch", tail_lines=5) == "line 1\nline 2 ✓\n"
     core.read_namespaced_pod_log.assert_called_once_with(
-        "pod-a", "ml", container="pytorch", tail_lines=5, limit_bytes=1_000_000, previous=False, _preload_content=False
+        "pod-a",
+        "ml",
+        container="pytorch",
+        tail_lines=5,
+        limit_bytes=1_000_000,
+        previous=False,
+        timestamps=False,
+        _preload_content=False,
     )
+
+
+def test_read_pod_log_since_a_time_sends_the_apis_since_time(hook: TrainingJobHook, core: MagicMock) -> None:
+    """``read_namespaced_pod_log`` has no since_time: the hook makes the same GET through ``call_api``."""
+    api_client = MagicMock(spec=client.ApiClient)
+    api_client.select_header_accept.side_effect = client.ApiClient.select_header_accept.__get__(api_client)
+    api_client.call_api.return_value = MagicMock(data=b"2026-01-01T00:00:02.000000000Z epoch 2\n")
+    core.api_client = api_client
+
+    text = hook.read_pod_log(
+        "pod-a", "ml", "pytorch", timestamps=True, since_time="2026-01-01T00:00:02Z", limit_bytes=4096
+    )
+
+    assert text == "2026-01-01T00:00:02.000000000Z epoch 2\n"
+    core.read_namespaced_pod_log.assert_not_called()
+    (path, method), kwargs = api_client.call_api.call_args
+    assert (path, method) == ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET")
+    assert kwargs["path_params"] == {"namespace": "ml", "name": "pod-a"}
+    assert kwargs["query_params"] == [
+        ("container", "pytorch"),
+        ("limitBytes", 4096),
+        ("previous", False),
+        ("timestamps", True),
+        ("sinceTime", "2026-01-01T00:00:02Z"),
+    ]
+    assert kwargs["header_params"] == {"Accept": "text/plain"}
+    assert kwargs["auth_settings"] == ["BearerToken"]
+    assert kwargs["_preload_content"] is False
 
 
 @pytest.mark.parametrize("status", [400, 404], ids=["container-not-started", "pod-gone"])
@@ -560,6 +595,7 @@ def test_explain_outcome_reports_the_failing_replica_its_log_and_events(hook: Tr
         tail_lines=LOG_TAIL_LINES,
         limit_bytes=1_000_000,
         previous=False,
+        timestamps=False,
         _preload_content=False,
     )
 
