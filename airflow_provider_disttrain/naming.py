@@ -66,13 +66,17 @@ def is_label_value(value: str) -> bool:
     return len(value) <= MAX_NAME_LENGTH and bool(_LABEL_VALUE.match(value))
 
 
-def task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: int) -> str:
+def task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: int | None) -> str:
     """Stable short hash of one task instance (all its tries share it)."""
+    map_index = -1 if map_index is None else map_index  # the SDK types it Optional; unmapped is -1
     identity = "\x1f".join((dag_id, task_id, run_id, str(map_index)))
     return hashlib.sha256(identity.encode()).hexdigest()[:40]
 
 
-def task_instance_labels(dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> dict[str, str]:
+def task_instance_labels(
+    dag_id: str, task_id: str, run_id: str, map_index: int | None, try_number: int
+) -> dict[str, str]:
+    map_index = -1 if map_index is None else map_index
     labels = {
         DAG_ID_LABEL: sanitize_label_value(dag_id),
         TASK_ID_LABEL: sanitize_label_value(task_id),

@@ -161,9 +161,9 @@ def _main_container(kind: JobKind, pod_spec: dict[str, Any]) -> tuple[dict[str, 
         # The manifest names its containers, none as the operator expects: a mistake validation
         # reports by name. Adding one here would hide it and run an extra container beside the user's.
         return {}, False
-    container: dict[str, Any] = {"name": kind.container_name}
-    containers.insert(0, container)
-    return container, True
+    added: dict[str, Any] = {"name": kind.container_name}
+    containers.insert(0, added)
+    return added, True
 
 
 def _apply_to_replica(kind: JobKind, replica_type: str, replica: dict[str, Any], params: JobParameters) -> None:

@@ -494,7 +494,8 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         store, ref = context.get("task_state_store"), self._job_ref
         if store is None:
             return
-        entry = store.get(STATE_STORE_KEY) or {}
+        saved = store.get(STATE_STORE_KEY)
+        entry: dict[str, Any] = dict(saved) if isinstance(saved, dict) else {}
         if ref is not None and entry.get("uid") != ref.uid:
             entry = {"kind": ref.kind, "name": ref.name, "namespace": ref.namespace, "uid": ref.uid}
         store.set(STATE_STORE_KEY, {**entry, **fields})
