@@ -35,6 +35,8 @@ DEVAIRFLOW_SERVICE_ACCOUNT=airflow-disttrain
 # PostgreSQL from the machine's Debian package (postgresql-15).
 PG_BIN_DIR="${DEVAIRFLOW_PG_BIN_DIR:-/usr/lib/postgresql/15/bin}"
 PG_DIR="$DEVAIRFLOW_DIR/postgres"          # data/, run/ (the unix socket), postgres.log
+# A link when the `postgres` user cannot reach .devairflow/ (see postgres.sh): use the real path.
+[ -L "$PG_DIR" ] && PG_DIR="$(readlink -f "$PG_DIR")"
 PG_DATA="$PG_DIR/data"
 PG_SOCKET_DIR="$PG_DIR/run"
 PG_PORT=5432                               # only names the socket file: no TCP listener at all

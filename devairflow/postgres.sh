@@ -23,10 +23,17 @@ socket_path="$PG_SOCKET_DIR/.s.PGSQL.$PG_PORT"
 
 mkdir -p "$PG_DIR"
 if [ "$(id -u)" -eq 0 ]; then
-  # The server runs as `postgres`: it must be able to reach its directory through the repository path.
+  # The server runs as `postgres`: it must reach its directory through the repository's path.
   chown postgres: "$PG_DIR"
-  runuser -u postgres -- test -w "$PG_DIR" \
-    || die "user postgres cannot write $PG_DIR (a parent directory is not traversable); set DEVAIRFLOW_DIR elsewhere"
+  if ! runuser -u postgres -- test -w "$PG_DIR"; then
+    # A parent directory is closed to other users (a checkout under a mode-700 folder): keep the data
+    # in the postgres user's home instead, fresh for this checkout, and link it from .devairflow/.
+    alt="$(getent passwd postgres | cut -d: -f6)/devairflow-$(printf '%s' "$DEVAIRFLOW_DIR" | sha1sum | cut -c1-12)"
+    log "user postgres cannot reach $PG_DIR; keeping PostgreSQL's data in $alt"
+    rm -rf "$alt" && mkdir -p "$alt" && chown postgres: "$alt"
+    rmdir "$PG_DIR" && ln -s "$alt" "$PG_DIR"
+    PG_DIR="$alt" PG_DATA="$alt/data" PG_SOCKET_DIR="$alt/run"
+  fi
 fi
 
 if [ ! -f "$PG_DATA/PG_VERSION" ]; then
