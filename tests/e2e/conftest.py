@@ -145,9 +145,18 @@ def job_succeeded(job: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
     if not (DEVCLUSTER_DIR / "kubeconfig").is_file():
         pytest.fail("the local cluster is not up: run `make cluster-up`")
-    return Cluster()
+    cluster = Cluster()
+    try:
+        client.CoreV1Api(cluster.custom.api_client).read_namespace(NAMESPACE)
+    except ApiException as error:
+        # A cluster started afresh (etcd is wiped) lost the namespace and the service account token.
+        pytest.fail(f"namespace {NAMESPACE} is missing ({error.status}): run `make airflow-up` again")
+    return cluster
 
 
 @pytest.fixture
