@@ -12,6 +12,7 @@ from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.exceptions import JobNotFoundError, TrainingJobError
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.manifest.patches import current_workers, scale_patch, suspend_patch
+from airflow_provider_disttrain.manifest.validation import validate_namespace
 from airflow_provider_disttrain.status import job_result
 
 if TYPE_CHECKING:
@@ -54,7 +55,9 @@ class _ExistingJobOperator(ClusterConnectionMixin, BaseOperator):
         self.config_file = config_file
 
     def resolved_namespace(self) -> str:
-        return self.namespace or self.hook.default_namespace()
+        namespace = self.namespace or self.hook.default_namespace()
+        validate_namespace(namespace)  # templated: checked here, before the first request
+        return namespace
 
     def title(self) -> str:
         return f"{self.kind} {self.resolved_namespace()}/{self.job_name}"

@@ -13,6 +13,7 @@ from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
 from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.manifest.validation import validate_namespace
 from airflow_provider_disttrain.outcome import JobRef, check_job
 
 if TYPE_CHECKING:
@@ -60,7 +61,9 @@ class TrainingJobSensor(ClusterConnectionMixin, BaseSensorOperator):
         self.deferrable = deferrable
 
     def _ref(self) -> JobRef:
-        return JobRef(self.kind, self.job_name, self.namespace or self.hook.default_namespace())
+        namespace = self.namespace or self.hook.default_namespace()
+        validate_namespace(namespace)  # templated: checked here, before the first request
+        return JobRef(self.kind, self.job_name, namespace)
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
         ref = self._ref()

@@ -16,9 +16,16 @@ import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.operators.manage import (
+    DeleteTrainingJobOperator,
+    ResumeTrainingJobOperator,
+    ScaleTrainingJobOperator,
+    SuspendTrainingJobOperator,
+)
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from tests.unit.fakes import FakeTrainingJobHook, make_context, with_hook
 
 _LEADERS = {
@@ -421,3 +428,38 @@ def test_per_replica_resources_written_in_lower_case_reach_their_replica():
     submitted = hook.submitted_manifest()
     assert main(submitted)["resources"] == {"limits": {"memory": "4Gi"}}
     assert "resources" not in main(submitted, "Master")
+
+
+# -- operators on an existing job, and the sensor ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("operator_class", "arguments"),
+    [
+        (DeleteTrainingJobOperator, {}),
+        (ScaleTrainingJobOperator, {"replicas": 2}),
+        (SuspendTrainingJobOperator, {}),
+        (ResumeTrainingJobOperator, {}),
+    ],
+)
+@pytest.mark.parametrize("namespace", ["ML_team", "team.ml"])
+def test_an_invalid_namespace_of_an_existing_job_is_named_before_any_request(operator_class, arguments, namespace):
+    hook = FakeTrainingJobHook()
+    task = with_hook(operator_class(task_id="manage", job_name="train", namespace=namespace, **arguments), hook)
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        task.execute(make_context())
+
+    assert raised.value.field == "namespace"
+    assert hook.api_calls() == []
+
+
+def test_an_invalid_namespace_of_the_sensor_is_named_before_any_request():
+    hook = FakeTrainingJobHook()
+    sensor = with_hook(TrainingJobSensor(task_id="wait", job_name="train", namespace="ML_team"), hook)
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        sensor.poke(make_context())
+
+    assert raised.value.field == "namespace"
+    assert hook.api_calls() == []
