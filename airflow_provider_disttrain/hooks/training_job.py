@@ -35,6 +35,7 @@ from airflow_provider_disttrain.outcome import JobRef
 _KUBECONFIG_EXTRAS = ("kube_config_path", "kube_config", "in_cluster")
 _LEGACY_EXTRA_PREFIX = "extra__kubernetes__"
 LOG_TAIL_LINES = 30
+_POD_LOG_ACCEPTS = ["text/plain", "application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]
 # Pods whose Warning events are read (one request each): the troubled ones, and those not running yet.
 MAX_EVENT_PODS = 10
 
@@ -236,7 +237,8 @@ class TrainingJobHook(KubernetesHook):
             "GET",
             path_params={"namespace": namespace, "name": pod_name},
             query_params=[(key, value) for key, value in query.items() if value is not None],
-            header_params={"Accept": api_client.select_header_accept(["text/plain"])},
+            # What the generated method asks for (the API server answers 406 to a bare text/plain).
+            header_params={"Accept": api_client.select_header_accept(_POD_LOG_ACCEPTS)},
             auth_settings=["BearerToken"],
             _return_http_data_only=True,
             _preload_content=False,

@@ -398,9 +398,8 @@ def test_read_pod_log_passes_container_and_tail(hook: TrainingJobHook, core: Mag
 
 def test_read_pod_log_since_a_time_sends_the_apis_since_time(hook: TrainingJobHook, core: MagicMock) -> None:
     """``read_namespaced_pod_log`` has no since_time: the hook makes the same GET through ``call_api``."""
-    api_client = MagicMock(spec=client.ApiClient)
-    api_client.select_header_accept.side_effect = client.ApiClient.select_header_accept.__get__(api_client)
-    api_client.call_api.return_value = MagicMock(data=b"2026-01-01T00:00:02.000000000Z epoch 2\n")
+    api_client = client.ApiClient()  # the real client, with its transport replaced
+    api_client.call_api = MagicMock(return_value=MagicMock(data=b"2026-01-01T00:00:02.000000000Z epoch 2\n"))
     core.api_client = api_client
 
     text = hook.read_pod_log(
@@ -419,7 +418,12 @@ def test_read_pod_log_since_a_time_sends_the_apis_since_time(hook: TrainingJobHo
         ("timestamps", True),
         ("sinceTime", "2026-01-01T00:00:02Z"),
     ]
-    assert kwargs["header_params"] == {"Accept": "text/plain"}
+    # The Accept header the generated read_namespaced_pod_log sends (the API server refuses text/plain alone).
+    core.read_namespaced_pod_log.side_effect = lambda *a, **k: client.CoreV1Api(api_client).read_namespaced_pod_log(
+        *a, **k
+    )
+    hook.read_pod_log("pod-a", "ml", "pytorch")
+    assert api_client.call_api.call_args.args[4] == kwargs["header_params"] == {"Accept": "application/json"}
     assert kwargs["auth_settings"] == ["BearerToken"]
     assert kwargs["_preload_content"] is False
 
