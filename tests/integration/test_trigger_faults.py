@@ -121,6 +121,7 @@ def test_a_job_quiet_for_longer_than_watch_timeout_costs_one_request_per_renewal
         event, _ = asyncio.run(run_like_the_triggerer(trigger))
         waited = time.monotonic() - started
         made = requests.since(before)
+    warnings = warnings_logged(caplog, capfd)
     print(f"quiet job: {made} requests in {waited:.1f}s with watch_timeout={QUIET_WATCH_TIMEOUT}")
 
     assert event["status"] == "success", event["message"]
@@ -130,7 +131,7 @@ def test_a_job_quiet_for_longer_than_watch_timeout_costs_one_request_per_renewal
     assert made["watch"] >= renewals - 1, (made, f"{waited:.1f}s")
     assert made["get"] + made["list"] <= 2, (made, f"{waited:.1f}s")
     assert sum(made.values()) <= renewals + 2, (made, f"{waited:.1f}s")
-    assert not warnings_logged(caplog, capfd)
+    assert not warnings, warnings
 
 
 # -- 2. the API server restarts ------------------------------------------------------------------------
@@ -141,7 +142,7 @@ REQUESTS_PER_WATCH_AFTER_RESTART = 20  # a relist and rewatch with backoff; a ho
 def test_twenty_triggers_get_their_events_across_an_api_server_restart_without_a_hot_loop(namespace, admin_api, jobs):
     expected = {f"succeeds-{i}": "success" for i in range(18)} | {f"fails-{i}": "failed" for i in range(2)}
     annotations = {
-        name: {RUN_SECONDS: "30", **({EXIT_CODE: "1"} if outcome == "failed" else {})}
+        name: {RUN_SECONDS: "45", **({EXIT_CODE: "1"} if outcome == "failed" else {})}
         for name, outcome in expected.items()
     }
     uids = submit_jobs(admin_api, namespace, annotations)
@@ -149,8 +150,9 @@ def test_twenty_triggers_get_their_events_across_an_api_server_restart_without_a
 
     async def wait_across_a_restart() -> tuple[dict[str, tuple[dict[str, Any], float]], float]:
         waiting = {name: asyncio.create_task(run_like_the_triggerer(t)) for name, t in triggers.items()}
-        # Every job runs and every trigger holds its resourceVersion: now the server goes away.
-        await in_thread(jobs.wait_for, lambda: running_pods(jobs, namespace) == len(uids), 90, "pods running")
+        # The jobs run and the triggers hold their resourceVersions: now the server goes away. (Not "once all
+        # pods run": on a busy machine the last pod was seen Running only as the first jobs were ending.)
+        await in_thread(jobs.wait_for, lambda: running_pods(jobs, namespace) > 0, 60, "a pod running")
         await asyncio.sleep(2)
         restart_began = time.time()
         await in_thread(cluster_script, "restart.sh", "kube-apiserver")
@@ -246,6 +248,7 @@ def test_a_trigger_whose_credentials_are_revoked_mid_wait_renews_them_and_succee
         revoked_at = time.time()
         event, fired_at = await asyncio.wait_for(waiting, 120)
         assert fired_at > revoked_at
+        print(f"credentials: revoked, then the event came {fired_at - revoked_at:.1f}s later")
         return event, revoked_at
 
     try:
@@ -256,7 +259,8 @@ def test_a_trigger_whose_credentials_are_revoked_mid_wait_renews_them_and_succee
 
     assert first_token_answer == 401, "deleting the Secret did not revoke the token it was bound to"
     assert event["status"] == "success", event["message"]
-    renewed = [run for run in plugin_runs() if run["time"] > revoked_at]
+    renewed = [run["time"] - revoked_at for run in plugin_runs() if run["time"] > revoked_at]
+    print(f"credentials: the exec plugin ran again {', '.join(f'{s:.1f}s' for s in renewed)} after the revocation")
     assert renewed, "the trigger never ran the exec plugin again after the revocation"
 
 
