@@ -108,7 +108,10 @@ class DeleteTrainingJobOperator(_ExistingJobOperator):
 
 
 class ScaleTrainingJobOperator(_ExistingJobOperator):
-    """Set the Worker replica count of a running job (for elastic PyTorchJobs, within [min, max]).
+    """Set the Worker replica count of a job: an elastic PyTorchJob within [min, max], or an MPIJob.
+
+    Any other job is refused while it runs (its pods keep the world size they started with); suspend
+    it first, and its pods are recreated at the new size when it is resumed.
 
     :param replicas: the new number of Worker replicas.
     """
