@@ -17,7 +17,7 @@ include $(REPO_ROOT)/Makefile.airflow
 .PHONY: help venv lint typecheck unit-test lowest-deps-test integration-test test demo bench clean
 
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> Python environment ($(VENV))"
