@@ -28,9 +28,10 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Create .venv with the provider, Airflow and the test tools
 
-lint: venv ## ruff check and format check
+lint: venv ## ruff check, format check and mypy on the package
 	@$(VENV)/bin/ruff check airflow_provider_disttrain tests example_dags bench training demo
 	@$(VENV)/bin/ruff format --check airflow_provider_disttrain tests example_dags bench training demo
+	@$(VENV)/bin/mypy
 
 typecheck: venv ## mypy on the package (it ships py.typed)
 	@$(VENV)/bin/mypy
