@@ -43,7 +43,7 @@ class AsyncJobClient:
                 namespace=namespace,
                 plural=kind.plural,
                 name=name,
-                body=delete_body(uid),
+                body=delete_body(uid),  # type: ignore[arg-type]  # the client sends a dict as it is
             )
             return True
         except Exception as error:

@@ -293,7 +293,7 @@ class SharedWatch:
         self.problem = problem
         self._notify()
 
-    def _selectors(self) -> dict[str, str]:
+    def _selectors(self) -> dict[str, Any]:
         selectors = {"label_selector": self.key.label_selector, "field_selector": self.key.field_selector}
         return {key: value for key, value in selectors.items() if value}
 
@@ -339,18 +339,18 @@ class SharedWatch:
         timeout = self._watch_timeout()
         async with self.cluster.lease() as (api, _):
             self.requests["watch"] += 1
-            response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
-                self.kind.group,
-                self.kind.version,
-                self.key.namespace,
-                self.kind.plural,
-                watch=True,
-                allow_watch_bookmarks=True,
-                resource_version=self._resource_version,
-                timeout_seconds=max(1, int(timeout)),
-                _preload_content=False,
-                _request_timeout=timeout + CLIENT_TIMEOUT_MARGIN_SECONDS,
+            options: dict[str, Any] = {
+                "watch": True,
+                "allow_watch_bookmarks": True,
+                "timeout_seconds": max(1, int(timeout)),
+                "_preload_content": False,
+                "_request_timeout": timeout + CLIENT_TIMEOUT_MARGIN_SECONDS,
                 **self._selectors(),
+            }
+            if self._resource_version:
+                options["resource_version"] = self._resource_version
+            response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
+                self.kind.group, self.kind.version, self.key.namespace, self.kind.plural, **options
             )
             try:
                 await _raise_for_status(response)
@@ -378,7 +378,7 @@ class SharedWatch:
             self._resource_version = metadata["resourceVersion"]
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             return  # BOOKMARK: only its resourceVersion matters
-        name = metadata.get("name")
+        name = str(metadata.get("name"))
         if event_type == "DELETED" and name not in self._subscribers:
             self._jobs.pop(name, None)
         else:

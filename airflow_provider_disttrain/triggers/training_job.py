@@ -178,7 +178,10 @@ class TrainingJobTrigger(BaseTrigger):
         from airflow_provider_disttrain.hooks.shared_watch import subscribe
 
         kind = get_job_kind(self.kind)
-        options = {"watch_timeout": float(self.watch_timeout), "poll_interval": float(self.poll_interval)}
+        options: dict[str, Any] = {
+            "watch_timeout": float(self.watch_timeout),
+            "poll_interval": float(self.poll_interval),
+        }
         connection = self._connection()
         async with subscribe(
             connection, kind, self.namespace, self.name, label_selector=PROVIDER_JOB_SELECTOR, **options
