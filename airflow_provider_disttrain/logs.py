@@ -33,7 +33,7 @@ def _is_leader(kind: JobKind, pod: Mapping[str, Any], leader: str) -> bool:
 
 def leader_pods(kind: JobKind, pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The pod that speaks for the job; an MPI launcher Job may have made several (retries), all kept."""
-    for leader in (kind.leader_replica, kind.worker_replica):
+    for leader in (kind.leader_replica, *sorted(kind.leader_aliases), kind.worker_replica):
         if leader and (found := [pod for pod in pods if _is_leader(kind, pod, leader)]):
             return found
     return []

@@ -11,8 +11,10 @@ import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.logs import leader_pods
 from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest
 from airflow_provider_disttrain.manifest.validation import validate_manifest
+from tests.unit.fakes import make_pod
 
 PYTORCH = JOB_KINDS["PyTorchJob"]
 MPI = JOB_KINDS["MPIJob"]
@@ -112,3 +114,15 @@ def test_an_unknown_replica_type_is_still_refused():
         validate_manifest(PYTORCH, build_manifest(PYTORCH, base))
 
     assert raised.value.field == "spec.pytorchReplicaSpecs.Workers"
+
+
+def test_the_leader_of_a_tfjob_with_a_master_is_master_0():
+    pods = [make_pod("tf", "worker", 0, container="tensorflow"), make_pod("tf", "master", 0, container="tensorflow")]
+
+    assert [pod["metadata"]["name"] for pod in leader_pods(TF, pods)] == ["tf-master-0"]
+
+
+def test_the_leader_of_a_tfjob_with_a_chief_is_still_chief_0():
+    pods = [make_pod("tf", "worker", 0, container="tensorflow"), make_pod("tf", "chief", 0, container="tensorflow")]
+
+    assert [pod["metadata"]["name"] for pod in leader_pods(TF, pods)] == ["tf-chief-0"]
