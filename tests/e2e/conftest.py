@@ -186,7 +186,10 @@ class Process:
         process = psutil.Process(self.pid)
         memory = {self.name: process.memory_info().rss / 2**20}
         for child in process.children(recursive=True):
-            role = "log server" if "serve-logs" in " ".join(child.cmdline()) else f"{self.name} child {child.pid}"
+            command = " ".join(child.cmdline())
+            role = "log server" if "serve-logs" in command else f"{self.name} child {child.pid}"
+            if self.name == "triggerer" and command.endswith("airflow triggerer"):
+                role = "trigger runner"  # the forked child whose event loop runs the triggers
             memory[role] = child.memory_info().rss / 2**20
         return memory
 
