@@ -172,6 +172,7 @@ def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Pat
     try:
         kubeconfig = cluster.create_namespace(namespace, workdir)
         flow = ProviderRequests(cluster.api, namespace).__enter__()  # FlowSchemas, left in finally
+        apiserver_started = cluster.apiserver_started()
         env = {**os.environ, f"AIRFLOW_CONN_{CONN_ID.upper()}": connection_json(kubeconfig, namespace)}
         if args.tree:  # the provider as committed at --git-ref, ahead of the working tree on sys.path
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.tree), env.get("PYTHONPATH")]))
@@ -232,6 +233,7 @@ def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Pat
         if report["crashed"]:
             print(f"[{mode}] waits that raised: {report['crashed']}")
         events = dict(child.events)
+        restarted = apiserver_started != cluster.apiserver_started()
         return _result(
             mode=mode,
             namespace=namespace,
@@ -248,6 +250,7 @@ def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Pat
             metrics_after=metrics_after,
             flow_before=flow_before,
             flow_after=flow_after,
+            restarted=restarted,
         )
     finally:
         if sampler:
@@ -341,11 +344,14 @@ def _result(
     metrics_after: Counter[str] | None,
     flow_before: dict[str, int],
     flow_after: dict[str, int],
+    restarted: bool,
 ) -> ModeResult:
     names = [f"scale-{i:04d}" for i in range(n)]
     account = account_events(names, {k: (e["t"], str(e.get("status"))) for k, e in events.items()}, finished)
     notes = [f"{name}: {status}: {events[name].get('message', '')[:160]}" for name, status in account.wrong[:3]]
     notes += [f"{name}: no event" for name in account.lost[:3]]
+    if restarted:
+        notes.append("the API server restarted during this mode (a fault test on the shared cluster?)")
     if _delta(metrics_before, metrics_after) is None or _delta(flow_before, flow_after) is None:
         notes.append("server-side counts unavailable: /metrics unreadable, or the API server restarted in the window")
     return ModeResult(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -57,6 +58,12 @@ class Cluster:
         self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.api_port = urlparse(configuration.host).port or 443
+        try:
+            client.VersionApi(self.api).get_code()
+        except Exception as error:
+            raise SystemExit(
+                f"the local cluster does not answer ({error!r}): start it with `make cluster-up`"
+            ) from None
         self.run_id = f"bench__{time.strftime('%Y%m%dT%H%M%S')}"
 
     def create_namespace(self, namespace: str, workdir: Path) -> Path:
@@ -161,16 +168,25 @@ class Cluster:
         busy = self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed")
         return capacity - len(busy.items)
 
-    def request_totals(self) -> Counter[str] | None:
-        """The API server's ``apiserver_request_total`` for pytorchjobs by verb (None if unreadable)."""
+    def _metrics(self) -> str | None:
         try:
             response = self.api.call_api(
                 "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True
             )
-            return parse_request_totals(response.data.decode())
+            return response.data.decode()
         except Exception as error:  # a benchmark figure is missing, the run goes on
             print(f"reading /metrics failed: {error!r}")
             return None
+
+    def request_totals(self) -> Counter[str] | None:
+        """The API server's ``apiserver_request_total`` for pytorchjobs by verb (None if unreadable)."""
+        text = self._metrics()
+        return None if text is None else parse_request_totals(text)
+
+    def apiserver_started(self) -> float | None:
+        """When the API server process started (``process_start_time_seconds``), to tell a restart."""
+        match = re.search(r"^process_start_time_seconds (\S+)$", self._metrics() or "", re.MULTILINE)
+        return float(match.group(1)) if match else None
 
     def trigger_kwargs(self, conn_id: str, kubeconfig: Path, namespace: str) -> dict[str, Any]:
         """The connection arguments the operators hand their trigger, from the real hook: the kubeconfig
