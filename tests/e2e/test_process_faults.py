@@ -74,7 +74,7 @@ def test_a_task_process_killed_during_a_synchronous_wait_is_retried_and_reattach
     e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster
 ) -> None:
     airflow = e2e_dags
-    run_id = airflow.trigger(SYNC, {"run_seconds": 30})
+    run_id = airflow.trigger(SYNC)
     runs.append((SYNC, run_id))
     wait_until(lambda: cluster.jobs(SYNC, run_id), 180, "the task to submit its job")
     ti = airflow.wait_for_state(SYNC, run_id, "train", {"running"}, timeout=60)
@@ -93,6 +93,18 @@ def test_a_task_process_killed_during_a_synchronous_wait_is_retried_and_reattach
     process.send_signal(signal.SIGKILL)
     killed = time.monotonic()
 
+    # The job is held suspended until the retry has reattached, however long the retry takes to start.
+    def reattached() -> bool:
+        if airflow.task_instance(SYNC, run_id, "train")["try_number"] < 2:
+            return False
+        try:
+            return "Reattached to" in airflow.log(SYNC, run_id, "train", try_number=2)
+        except AssertionError:  # the second try has not written its log yet
+            return False
+
+    wait_until(reattached, 180, "the second try to reattach", interval=2)
+    assert cluster.release_jobs(SYNC, run_id) == 1
+
     assert airflow.wait_for_run(SYNC, run_id, timeout=240) == "success"
     tries = airflow.tries(SYNC, run_id, "train")
     # The first try ended when its process died (failed, then up for retry); the second succeeded.
@@ -100,7 +112,6 @@ def test_a_task_process_killed_during_a_synchronous_wait_is_retried_and_reattach
     jobs = cluster.jobs(SYNC, run_id)
     assert [j["metadata"]["uid"] for j in jobs] == [job["metadata"]["uid"]], "the retry did not reattach"
     assert job_succeeded(jobs[0])
-    assert "Reattached to" in airflow.log(SYNC, run_id, "train", try_number=2)
     print(f"\n[worker death] the retry reattached; run finished {time.monotonic() - killed:.0f}s after the kill")
 
 

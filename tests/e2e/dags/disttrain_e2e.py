@@ -4,9 +4,9 @@ Each run's ``conf`` sets how many training jobs start and how long their pods ru
 (kwok) cluster, through the ``disttrain.test/run-seconds`` pod annotation. Jobs are never deleted on
 finish, so a test can count them afterwards; the tests delete them themselves.
 
-The fan-out DAG creates its jobs suspended (``runPolicy.suspend``), as a queueing system such as Kueue
-holds a job until it admits it: its tasks wait deferred for as long as the test needs, however slowly
-the machine starts them, and the test then releases the jobs.
+The fan-out and the synchronous DAGs create their jobs suspended (``runPolicy.suspend``), as a
+queueing system such as Kueue holds a job until it admits it: their tasks wait for as long as the test
+needs, however slowly the machine starts them, and the test then releases the jobs.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ def fanout() -> None:
         task_id="train",
         deferrable=True,
         job_manifest=HELD,
+        # One pod per job: 100 jobs fit the local cluster's 220 pod slots next to other tests' pods.
+        with_master=False,
         annotations={RUN_SECONDS: "{{ dag_run.conf.get('run_seconds', 5) }}"},
         **COMMON,
     ).expand(args=shards())
@@ -66,11 +68,12 @@ def long_running() -> None:
     tags=["disttrain-e2e"],
 )
 def synchronous() -> None:
-    """One training task waiting in its worker process (not deferred); a retry may reattach."""
+    """One training task waiting in its worker process (not deferred) on a job held suspended."""
     PyTorchJobOperator(
         task_id="train",
         deferrable=False,
-        annotations={RUN_SECONDS: "{{ dag_run.conf.get('run_seconds', 30) }}"},
+        job_manifest=HELD,
+        annotations={RUN_SECONDS: "{{ dag_run.conf.get('run_seconds', 5) }}"},
         **COMMON,
     )
 
