@@ -8,6 +8,7 @@ makes. It returns plain dicts (what the API server sent), so the pure modules ca
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
@@ -17,7 +18,7 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from kubernetes import client
 
 from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_not_running, pods_with_problems
-from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
+from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, TrainingJobError
 from airflow_provider_disttrain.hooks.api_errors import (
     api_status,
     delete_body,
@@ -167,6 +168,33 @@ class TrainingJobHook(KubernetesHook):
                 return False
             raise_for_access(error, f"delete {kind.kind} {namespace}/{name}")
             raise
+
+    def delete_and_wait(
+        self,
+        kind: str | JobKind,
+        name: str,
+        namespace: str,
+        *,
+        uid: str | None = None,
+        timeout: float = 120.0,
+        interval: float = 1.0,
+    ) -> bool:
+        """Delete the job and wait until the API server no longer has it (its finalizers are done).
+
+        False when it was already gone, or (``uid`` given) the name holds another job. Done as soon as
+        the name is free or holds a job of another uid (someone created one since).
+        """
+        if not self.delete_job(kind, name, namespace, uid=uid):
+            return False
+        deadline = time.monotonic() + timeout
+        while (job := self.get_job(kind, name, namespace)) is not None and (
+            uid is None or job["metadata"].get("uid") == uid
+        ):
+            if time.monotonic() > deadline:
+                title = f"{get_job_kind(kind).kind} {namespace}/{name}"
+                raise TrainingJobError(f"{title} still exists {timeout:.0f}s after its deletion")
+            time.sleep(interval)
+        return True
 
     @retry_transient()
     def list_job_pods(self, job_name: str, namespace: str) -> list[dict[str, Any]]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.manifest.pod_validation import validate_resources
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 
-MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
-LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
+# The kinds table's allowed values, checked here under the parameters' names when the DAG is parsed.
+_SPEC_CHOICES = dict(get_job_kind("MPIJob").spec_choices)
+MPI_IMPLEMENTATIONS = tuple(sorted(_SPEC_CHOICES["mpiImplementation"]))
+LAUNCHER_CREATION_POLICIES = tuple(sorted(_SPEC_CHOICES["launcherCreationPolicy"]))
 
 
 class MPIJobOperator(TrainingJobOperator):

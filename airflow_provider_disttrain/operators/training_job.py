@@ -449,7 +449,8 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             if self.if_exists == "reattach" and not job_state(current).is_terminal:
                 return current, True
             self.log.info("Replacing %s %s/%s (%s)", self.kind, namespace, name, describe_state(current))
-            self._delete_and_wait(hook, current)
+            metadata = current["metadata"]
+            hook.delete_and_wait(self.kind, metadata["name"], metadata["namespace"], uid=metadata.get("uid"))
         try:
             job = hook.create_job(self.kind, manifest, namespace)
         except JobAlreadyExistsError:
@@ -514,17 +515,6 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             if not job_state(job).is_terminal
         ]
         return running[-1] if running else None
-
-    def _delete_and_wait(self, hook: TrainingJobHook, job: dict[str, Any], timeout: float = 120.0) -> None:
-        metadata = job["metadata"]
-        hook.delete_job(self.kind, metadata["name"], metadata["namespace"], uid=metadata.get("uid"))
-        deadline = time.monotonic() + timeout
-        while hook.get_job(self.kind, metadata["name"], metadata["namespace"]) is not None:
-            if time.monotonic() > deadline:
-                raise TrainingJobError(
-                    f"{self.kind} {metadata['namespace']}/{metadata['name']} was not deleted in {timeout:.0f}s"
-                )
-            time.sleep(1)
 
     # -- waiting --------------------------------------------------------------------------------------
 

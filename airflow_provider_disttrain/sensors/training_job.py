@@ -3,67 +3,44 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_disttrain import outcome as outcomes
-from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
-from airflow_provider_disttrain.kinds import get_job_kind
-from airflow_provider_disttrain.manifest.validation import validate_namespace
+from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.outcome import JobRef, check_job
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class TrainingJobSensor(ClusterConnectionMixin, BaseSensorOperator):
+class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
     """Wait until a training job succeeds; fail, with the reason, when it fails or disappears.
 
-    Returns (to XCom) the same JSON-safe summary as the training operators.
+    Returns (to XCom) the same JSON-safe summary as the training operators. Which job and how to reach
+    it: ``job_name``, ``kind``, ``namespace``, ``kubernetes_conn_id``, ``cluster_context`` and
+    ``config_file``, as for every ``ExistingJobOperator``; the ``BaseSensorOperator`` parameters
+    (``poke_interval``, ``timeout``, ``mode``...) apply.
 
-    :param job_name: the job's name (templated; e.g. ``{{ ti.xcom_pull('train', key='job_name') }}``).
-    :param kind: job kind from the kinds table (default ``PyTorchJob``).
-    :param namespace: the job's namespace (default: the connection's, else ``default``).
-    :param kubernetes_conn_id: the cncf.kubernetes connection.
-    :param cluster_context: kubeconfig context overriding the connection's.
-    :param config_file: kubeconfig file overriding the connection's.
     :param deferrable: wait in the triggerer; defaults to ``[operators] default_deferrable``.
     """
 
-    template_fields: Sequence[str] = ("job_name", "namespace", "config_file", "cluster_context")
     ui_color = "#e6f4ea"
 
     def __init__(
         self,
         *,
-        job_name: str,
-        kind: str = "PyTorchJob",
-        namespace: str | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
-        cluster_context: str | None = None,
-        config_file: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not job_name:
-            raise ValueError("job_name: is required")
-        self.kind = get_job_kind(kind).kind
-        self.job_name = job_name
-        self.namespace = namespace
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.cluster_context = cluster_context
-        self.config_file = config_file
         self.deferrable = deferrable
 
     def _ref(self) -> JobRef:
-        namespace = self.namespace or self.hook.default_namespace()
-        validate_namespace(namespace)  # templated: checked here, before the first request
-        return JobRef(self.kind, self.job_name, namespace)
+        return self.job_ref()
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
         ref = self._ref()

@@ -355,6 +355,12 @@ class FakeTrainingJobHook:
             del self.jobs[(namespace, name)]
         return True
 
+    def delete_and_wait(self, kind: Any, name: str, namespace: str, **kwargs: Any) -> bool:
+        """The real loop (``delete_job``, then ``get_job`` until gone) over the calls above."""
+        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+        return TrainingJobHook.delete_and_wait(self, kind, name, namespace, **kwargs)  # type: ignore[arg-type]
+
     def list_job_pods(self, job_name: str, namespace: str) -> list[dict[str, Any]]:
         self._record("list_job_pods", job_name, namespace)
         return copy.deepcopy(self.pods.get(job_name, []))

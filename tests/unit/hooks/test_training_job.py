@@ -19,7 +19,12 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from airflow_provider_disttrain.exceptions import ClusterAccessError, InvalidJobSpecError, JobAlreadyExistsError
+from airflow_provider_disttrain.exceptions import (
+    ClusterAccessError,
+    InvalidJobSpecError,
+    JobAlreadyExistsError,
+    TrainingJobError,
+)
 from airflow_provider_disttrain.hooks.api_errors import API_ATTEMPTS
 from airflow_provider_disttrain.hooks.training_job import LOG_TAIL_LINES, TrainingJobHook
 from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
@@ -324,6 +329,50 @@ def test_delete_forbidden_is_a_cluster_access_error(hook: TrainingJobHook, custo
 
     with pytest.raises(ClusterAccessError, match="delete PyTorchJob ml/train-abc"):
         hook.delete_job("PyTorchJob", "train-abc", "ml")
+
+
+def test_delete_and_wait_deletes_then_reads_until_the_job_is_gone(
+    hook: TrainingJobHook, custom: MagicMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr("airflow_provider_disttrain.hooks.training_job.time.sleep", sleeps.append)
+    lingering = make_job(namespace="ml", uid="uid-1")  # finalizers still running
+    custom.get_namespaced_custom_object.side_effect = [lingering, lingering, api_error(404)]
+
+    assert hook.delete_and_wait("PyTorchJob", "train-abc", "ml", uid="uid-1") is True
+
+    assert custom.delete_namespaced_custom_object.call_args.kwargs["body"]["preconditions"] == {"uid": "uid-1"}
+    assert custom.get_namespaced_custom_object.call_count == 3
+    assert sleeps == [1.0, 1.0]
+
+
+def test_delete_and_wait_is_done_when_a_new_job_took_the_name(
+    hook: TrainingJobHook, custom: MagicMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("airflow_provider_disttrain.hooks.training_job.time.sleep", lambda seconds: None)
+    custom.get_namespaced_custom_object.return_value = make_job(namespace="ml", uid="uid-2")
+
+    assert hook.delete_and_wait("PyTorchJob", "train-abc", "ml", uid="uid-1") is True
+    assert custom.get_namespaced_custom_object.call_count == 1
+
+
+def test_delete_and_wait_of_a_missing_job_is_false_without_waiting(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.delete_namespaced_custom_object.side_effect = api_error(404)
+
+    assert hook.delete_and_wait("PyTorchJob", "train-abc", "ml") is False
+    custom.get_namespaced_custom_object.assert_not_called()
+
+
+def test_delete_and_wait_gives_up_after_its_timeout(
+    hook: TrainingJobHook, custom: MagicMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ticks = iter(range(100))
+    monkeypatch.setattr("airflow_provider_disttrain.hooks.training_job.time.monotonic", lambda: float(next(ticks)))
+    monkeypatch.setattr("airflow_provider_disttrain.hooks.training_job.time.sleep", lambda seconds: None)
+    custom.get_namespaced_custom_object.return_value = make_job(namespace="ml")
+
+    with pytest.raises(TrainingJobError, match=r"^PyTorchJob ml/train-abc still exists 3s after its deletion"):
+        hook.delete_and_wait("PyTorchJob", "train-abc", "ml", timeout=3)
 
 
 # -- pods, logs, events -------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobNotFoundError, TrainingJobError
-from airflow_provider_disttrain.operators import manage
+from airflow_provider_disttrain.hooks import training_job as training_job_hook
 from airflow_provider_disttrain.operators.manage import (
     DeleteTrainingJobOperator,
     ResumeTrainingJobOperator,
@@ -33,7 +33,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     fake = SimpleNamespace(sleeps=[])
     fake.sleep = fake.sleeps.append
     fake.monotonic = lambda: float(next(ticks))
-    monkeypatch.setattr(manage, "time", fake)
+    monkeypatch.setattr(training_job_hook, "time", fake)  # the hook's delete_and_wait loop
     return fake
 
 
@@ -77,7 +77,7 @@ def test_delete_gives_up_after_the_deletion_timeout(clock: SimpleNamespace) -> N
 
     operator = DeleteTrainingJobOperator(task_id="rm", job_name="train-abc", deletion_timeout=3)
 
-    with pytest.raises(TrainingJobError, match="PyTorchJob default/train-abc still exists 3s after deletion"):
+    with pytest.raises(TrainingJobError, match="PyTorchJob default/train-abc still exists 3s after its deletion"):
         with_hook(operator, hook).execute(make_context())
 
 

@@ -129,3 +129,18 @@ def test_invalid_parameters_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], 
 
 def test_the_kind_is_always_mpijob() -> None:
     assert MPIJobOperator(task_id="t", image="i", kind="PyTorchJob").kind == "MPIJob"
+
+
+def test_the_mpi_choices_are_the_kinds_tables() -> None:
+    """One list of allowed values: what the parameters accept is what the manifest validation accepts."""
+    from airflow_provider_disttrain.kinds import get_job_kind
+    from airflow_provider_disttrain.operators import mpi_job
+
+    choices = dict(get_job_kind("MPIJob").spec_choices)
+
+    assert tuple(sorted(choices["mpiImplementation"])) == mpi_job.MPI_IMPLEMENTATIONS
+    assert tuple(sorted(choices["launcherCreationPolicy"])) == mpi_job.LAUNCHER_CREATION_POLICIES
+    for value in choices["mpiImplementation"]:
+        assert MPIJobOperator(task_id="t", image="i", mpi_implementation=value).mpi_implementation == value
+    with pytest.raises(ValueError, match=r"^mpi_implementation: 'OpenMPI5' is not one of Intel, MPICH, OpenMPI"):
+        MPIJobOperator(task_id="t", image="i", mpi_implementation="OpenMPI5")
