@@ -155,9 +155,9 @@ async def _anchor_wait(job: dict[str, Any], config: dict[str, Any], recorder: Re
     except asyncio.CancelledError:
         raise
     except Exception as error:  # the cncf trigger would fail the task: an event that is not success
-        recorder.send(
-            {"type": "event", "name": job["name"], "t": time.time(), "status": "error", "message": repr(error)}
-        )
+        status = getattr(error, "status", None)  # e.g. 429 when API Priority and Fairness sheds load
+        message = f"{type(error).__name__} {status or ''} {getattr(error, 'reason', '') or repr(error)}"
+        recorder.send({"type": "event", "name": job["name"], "t": time.time(), "status": "error", "message": message})
 
 
 def _wait_for_stop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
