@@ -63,3 +63,86 @@ def test_retry_reattaches_to_the_job_of_the_try_that_died(namespace, run_dag, jo
     assert job["metadata"]["labels"]["disttrain.airflow.apache.org/try-number"] == "1"
     assert result.xcom("train")["uid"] == job["metadata"]["uid"]
     assert result.xcom("train")["state"] == "succeeded"
+
+
+DYING_AFTER_SUCCESS_DAG = '''
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import dag
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+
+
+class WorkerDiesAfterTheJobSucceeded(PyTorchJobOperator):
+    """Try 1 sees its job succeed, then its worker "dies": {when}."""
+
+    def build_job_manifest(self, context, default_namespace):
+        self._try_number = context["ti"].try_number
+        return super().build_job_manifest(context, default_namespace)
+
+    def _wait(self, hook, ref, startup_deadline):
+        outcome = super()._wait(hook, ref, startup_deadline)
+        if {when!r} == "before the ending" and self._try_number == 1:
+            raise RuntimeError("worker lost after " + ref.name + " succeeded")
+        return outcome
+
+    def _submit_or_reattach(self, hook, manifest, context):
+        job, reattached = super()._submit_or_reattach(hook, manifest, context)
+        with open({created_log!r}, "a") as log:
+            log.write(f"{{context['ti'].try_number}} {{job['metadata']['uid']}} {{reattached}}\\n")
+        return job, reattached
+
+    def _remember(self, context, **fields):
+        if {when!r} == "after delete_on_finish" and "task_succeeded" in fields and context["ti"].try_number == 1:
+            raise RuntimeError("worker lost after deleting the succeeded job")
+        return super()._remember(context, **fields)
+
+
+@dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+def pipeline():
+    WorkerDiesAfterTheJobSucceeded(
+        task_id="train",
+        image="busybox:1.36",
+        command=["python", "train.py"],
+        num_workers=1,
+        poll_interval=1,
+        delete_on_finish={delete_on_finish!r},
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+pipeline()
+'''
+
+
+@pytest.mark.parametrize(
+    ("when", "delete_on_finish"),
+    [("before the ending", "never"), ("after delete_on_finish", "succeeded")],
+    ids=["job-kept", "job-deleted"],
+)
+def test_a_retry_after_the_job_succeeded_returns_its_result_without_training_again(
+    namespace, run_dag, jobs, tmp_path, when, delete_on_finish
+):
+    dag_id = unique_dag_id("retry_after_success")
+    created_log = tmp_path / "submissions.txt"
+    source = DYING_AFTER_SUCCESS_DAG.format(
+        dag_id=dag_id, when=when, delete_on_finish=delete_on_finish, created_log=str(created_log)
+    )
+
+    result = run_dag(dag_id, source)
+
+    assert result.task_state("train") == "success"
+    summary = result.xcom("train")
+    assert summary["state"] == "succeeded"
+    # One job was submitted, by try 1, and it is the one whose result the task returned.
+    submissions = created_log.read_text().splitlines()
+    assert submissions[0] == f"1 {summary['uid']} False"
+    assert all(not line.startswith("2 ") or line.endswith(" True") for line in submissions)
+    remaining = jobs.list("pytorchjobs", namespace)
+    if delete_on_finish == "never":
+        # The one job is the first try's: the retry took its result and trained nothing.
+        assert [job["metadata"]["uid"] for job in remaining] == [summary["uid"]]
+        assert remaining[0]["metadata"]["labels"]["disttrain.airflow.apache.org/try-number"] == "1"
+    else:
+        # The first try deleted it before dying; the retry returned the result it had saved.
+        jobs.wait_for(lambda: jobs.list("pytorchjobs", namespace) == [], 60, "the deletion to finish")
