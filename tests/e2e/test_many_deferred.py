@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import Cluster, Process, deferred_count, job_succeeded, since
 
@@ -13,6 +15,7 @@ DAG_ID = "disttrain_e2e_fanout"
 COUNT = 100
 
 
+@pytest.mark.timeout(1200)  # two 500 s waits at most, above pyproject's 600 s per test
 def test_one_triggerer_holds_100_deferred_training_tasks(
     e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster, triggerer: Process
 ) -> None:
@@ -27,14 +30,14 @@ def test_one_triggerer_holds_100_deferred_training_tasks(
     runs.append((DAG_ID, run_id))
 
     # The jobs are held suspended: every task ends up deferred, its trigger in the triggerer.
-    wait_until(lambda: deferred_count(airflow, DAG_ID, run_id) == COUNT, 600, f"{COUNT} deferred tasks", interval=3)
+    wait_until(lambda: deferred_count(airflow, DAG_ID, run_id) == COUNT, 500, f"{COUNT} deferred tasks", interval=3)
     all_deferred_after = since(started)
     time.sleep(10)  # the trigger runner starts newly assigned triggers within a few seconds
     rss_waiting = triggerer.rss_mb()
     assert deferred_count(airflow, DAG_ID, run_id) == COUNT
 
     assert cluster.release_jobs(DAG_ID, run_id) == COUNT
-    assert airflow.wait_for_run(DAG_ID, run_id, timeout=600) == "success"
+    assert airflow.wait_for_run(DAG_ID, run_id, timeout=500) == "success"
     tis = airflow.task_instances(DAG_ID, run_id, "train")
     assert len(tis) == COUNT and {ti["state"] for ti in tis} == {"success"}
     per_task_instance = cluster.jobs_per_task_instance(DAG_ID, run_id)
