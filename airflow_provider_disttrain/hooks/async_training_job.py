@@ -13,7 +13,7 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from kubernetes_asyncio import client as async_client
 
-from airflow_provider_disttrain.hooks.api_errors import api_status, delete_body, retry_transient
+from airflow_provider_disttrain.hooks.api_errors import delete_body, means_job_absent, retry_transient
 from airflow_provider_disttrain.kinds import JobKind
 
 
@@ -30,7 +30,7 @@ class AsyncJobClient:
                 group=kind.group, version=kind.version, namespace=namespace, plural=kind.plural, name=name
             )
         except Exception as error:
-            if api_status(error) == 404:
+            if means_job_absent(error):
                 return None
             raise
 
@@ -47,7 +47,7 @@ class AsyncJobClient:
             )
             return True
         except Exception as error:
-            if api_status(error) in (404, 409):
+            if means_job_absent(error, uid_precondition=bool(uid)):
                 return False
             raise
 

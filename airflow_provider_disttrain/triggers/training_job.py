@@ -23,7 +23,7 @@ from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, check_job, make_outcome, seconds_to_deadline
-from airflow_provider_disttrain.status import JobState, job_state
+from airflow_provider_disttrain.status import JobState, has_run, job_state
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.shared_watch import Subscription, WatchProblem
@@ -107,6 +107,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.watch_timeout = watch_timeout
         self.api_failure_tolerance = api_failure_tolerance
         self.delete_on_kill = delete_on_kill
+        self._seen_running = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -140,20 +141,25 @@ class TrainingJobTrigger(BaseTrigger):
         return AsyncTrainingJobHook(**self._connection())
 
     def _check(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
+        if job is not None and job_state(job) is JobState.RUNNING:
+            # A suspended MPIJob's conditions forget that it ran; the startup limit must not return.
+            self._seen_running = True
         return check_job(
             self.ref,
             job,
             now=time.time(),
             startup_deadline=self.startup_deadline,
             execution_deadline=self.execution_deadline,
+            has_run=self._seen_running,
         )
 
-    def _remaining(self, state: JobState | None) -> float | None:
+    def _remaining(self, job: dict[str, Any] | None) -> float | None:
         return seconds_to_deadline(
-            state,
+            job_state(job) if job else None,
             now=time.time(),
             startup_deadline=self.startup_deadline,
             execution_deadline=self.execution_deadline,
+            has_run=self._seen_running or (job is not None and has_run(job)),
         )
 
     def _connection(self) -> dict[str, Any]:
@@ -259,7 +265,7 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _next_wake(self, problem: WatchProblem | None, job: dict[str, Any] | None) -> float | None:
         """Seconds until this trigger must look again even if nothing changes: its next deadline."""
-        waits = [self._remaining(job_state(job) if job else None)]
+        waits = [self._remaining(job)]
         if problem is not None and not problem.fatal:
             limit = _ACCESS_DENIED_GRACE_SECONDS if problem.denied else self.api_failure_tolerance
             waits.append(max(0.0, problem.since + limit - time.time()) + 0.01)

@@ -190,6 +190,31 @@ async def test_startup_deadline_does_not_apply_once_running(apiserver: Any) -> N
     assert (await task)["status"] == "success"
 
 
+async def test_a_job_seen_running_then_suspended_is_not_held_to_the_startup_limit(apiserver: Any) -> None:
+    """The mpi-operator's suspension conditions forget that the job ran; the trigger remembers."""
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, startup_deadline=epoch(0.5), execution_deadline=epoch(2.0)), apiserver)
+    await asyncio.sleep(0.1)
+    forgetful = {
+        "conditions": [
+            {"type": "Created", "status": "True", "lastTransitionTime": "2024-05-01T10:00:00Z"},
+            {
+                "type": "Running",
+                "status": "False",
+                "reason": "MPIJobSuspended",
+                "lastTransitionTime": "2024-05-01T10:01:00Z",
+            },
+            {"type": "Suspended", "status": "True", "lastTransitionTime": "2024-05-01T10:01:00Z"},
+        ]
+    }
+    await apiserver.put(job(forgetful))
+
+    event = await task
+
+    assert event["status"] == "timeout"
+    assert "execution_timeout" in event["message"]  # not "did not start within startup_timeout"
+
+
 async def test_execution_deadline_reached_while_running(apiserver: Any) -> None:
     await apiserver.put(job(running_status()))
 
