@@ -372,6 +372,9 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             self._remember(context, task_succeeded=True)
             return earlier
 
+        return self._submit_and_wait(hook, manifest, context)
+
+    def _submit_and_wait(self, hook: TrainingJobHook, manifest: dict[str, Any], context: Context) -> dict[str, Any]:
         job, reattached = self._submit_or_reattach(hook, manifest, context)
         metadata = job["metadata"]
         self._job_ref = JobRef(self.kind, metadata["name"], metadata["namespace"], metadata.get("uid"))
@@ -389,23 +392,51 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
 
         startup_deadline = self._startup_deadline(job)
         if self.deferrable and not job_state(job).is_terminal:
-            self._defer(hook, startup_deadline, context)
+            self._defer(hook, startup_deadline, context, reattached=reattached)
         try:
             outcome = self._wait(hook, self._job_ref, startup_deadline)
         except AirflowTaskTimeout:
             self._keep_job_on_kill = not self.delete_on_timeout
             raise
+        if reattached and self._reattached_job_vanished(hook, outcome):
+            return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, outcome, context, logs_forwarded=True)
 
-    def execute_complete(self, context: Context, event: dict[str, Any], job_uid: str | None = None) -> dict[str, Any]:
+    def _reattached_job_vanished(self, hook: TrainingJobHook, outcome: dict[str, Any]) -> bool:
+        """Whether the job this try took over from an earlier one is gone, so a fresh one must be submitted.
+
+        Clearing a deferred task starts the new try at once and the old try's trigger deletes the job
+        (``on_kill``) a moment later: the new try may have taken that job over already. The user asked
+        for the task to run again, so it does, rather than failing on the earlier try's cleanup.
+        """
+        ref = self._job_ref
+        if ref is None or outcome["status"] != outcomes.ERROR:
+            return False
+        job = hook.get_job(ref.kind, ref.name, ref.namespace)
+        gone = job is None or job["metadata"].get("uid") != ref.uid or bool(job["metadata"].get("deletionTimestamp"))
+        if gone:
+            self.log.warning(
+                "%s, which this try took over from an earlier one, was deleted (the earlier try's cleanup, "
+                "e.g. after the task was cleared): submitting a fresh job",
+                ref.title,
+            )
+        return gone
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any], job_uid: str | None = None, reattached: bool = False
+    ) -> dict[str, Any]:
         """Resume after the trigger fired: the same ending as the sync path.
 
         ``job_uid`` is the uid of the job this task submitted (the event's job may be a replacement
-        someone else created under the same name, which must not be deleted in our stead).
+        someone else created under the same name, which must not be deleted in our stead);
+        ``reattached`` says the job was taken over from an earlier try rather than submitted by this one.
         """
         uid = job_uid or (event.get("job") or {}).get("uid")
         self._job_ref = JobRef(self.kind, event["name"], event["namespace"], uid)
-        return self._finish(self.hook, event, context, logs_forwarded=False)
+        hook = self.hook
+        if reattached and self._reattached_job_vanished(hook, event):
+            return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
+        return self._finish(hook, event, context, logs_forwarded=False)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         # If the scheduler's own deferral timeout beat the trigger's deadline, the job must still go.
@@ -506,13 +537,18 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         namespace = manifest["metadata"]["namespace"]
         if saved := self._retried_entry(store):
             job = hook.get_job(saved["kind"], saved["name"], saved["namespace"])
-            if job and job["metadata"].get("uid") == saved.get("uid") and job_state(job) is not JobState.FAILED:
+            if (
+                job
+                and job["metadata"].get("uid") == saved.get("uid")
+                and job_state(job) is not JobState.FAILED
+                and not job["metadata"].get("deletionTimestamp")  # an earlier try's kill is deleting it
+            ):
                 return job
         key = manifest["metadata"]["labels"][TASK_INSTANCE_LABEL]
         running = [
             job
             for job in hook.find_jobs(self.kind, namespace, {TASK_INSTANCE_LABEL: key})
-            if not job_state(job).is_terminal
+            if not job_state(job).is_terminal and not job["metadata"].get("deletionTimestamp")
         ]
         return running[-1] if running else None
 
@@ -532,7 +568,9 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         started = start.timestamp() if start else time.time()
         return started + self.execution_timeout.total_seconds()
 
-    def _defer(self, hook: TrainingJobHook, startup_deadline: float | None, context: Context) -> None:
+    def _defer(
+        self, hook: TrainingJobHook, startup_deadline: float | None, context: Context, *, reattached: bool = False
+    ) -> None:
         from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
         assert self._job_ref is not None
@@ -550,7 +588,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 **hook.trigger_connection_args(),
             ),
             method_name="execute_complete",
-            kwargs={"job_uid": self._job_ref.uid},
+            kwargs={"job_uid": self._job_ref.uid, "reattached": reattached},
             timeout=None
             if execution_deadline is None
             else timedelta(seconds=max(0.0, execution_deadline - time.time())) + DEFERRAL_BACKSTOP,
