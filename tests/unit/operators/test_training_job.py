@@ -377,7 +377,7 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
     assert trigger.config_dict == {"apiVersion": "v1", "kind": "Config"}
     assert trigger.connection_extras == {"namespace": "ml"}
     assert deferred.value.method_name == "execute_complete"
-    assert deferred.value.kwargs == {"job_uid": job["metadata"]["uid"]}
+    assert deferred.value.kwargs == {"job_uid": job["metadata"]["uid"], "reattached": False}
     # The worker only submitted; the trigger does the waiting.
     assert hook.api_calls() == ["find_jobs", "create_job"]
     assert ti.xcoms == {"job_name": job["metadata"]["name"], "job_namespace": "default"}
