@@ -285,7 +285,9 @@ def open_aiohttp_sessions() -> list[Any]:
     import aiohttp
 
     gc.collect()  # an unreferenced unclosed session reports itself to the loop's exception handler here
-    return [obj for obj in gc.get_objects() if isinstance(obj, aiohttp.ClientSession) and not obj.closed]
+    # type(), not isinstance(): isinstance() reads __class__, which some lazy proxies in the heap turn
+    # into an import (Airflow's cloudpickle loader fails on a machine without cloudpickle).
+    return [obj for obj in gc.get_objects() if issubclass(type(obj), aiohttp.ClientSession) and not obj.closed]
 
 
 async def until_quiet(port: int, baseline: set[tuple[str, int]], linger: float) -> tuple[list[str], set[Any]]:
