@@ -52,6 +52,10 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_disttrain.triggers.training_job"],
             }
         ],
+        "task-decorators": [
+            {"class-name": "airflow_provider_disttrain.decorators.pytorch_job.pytorch_job_task", "name": "pytorch_job"},
+            {"class-name": "airflow_provider_disttrain.decorators.mpi_job.mpi_job_task", "name": "mpi_job"},
+        ],
         "extra-links": ["airflow_provider_disttrain.links.TrainingJobLink"],
         # The provider reuses the cncf.kubernetes provider's ``kubernetes`` connection type; it
         # registers none of its own.

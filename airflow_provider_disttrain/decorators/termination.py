@@ -1,0 +1,33 @@
+"""Reading the leader pod's termination message (pure): where a decorated task's return value arrives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_disttrain.diagnostics import replica_name
+from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.logs import leader_pods
+
+
+def _main_container(kind: JobKind, pod: Mapping[str, Any]) -> str | None:
+    names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    return kind.container_name if kind.container_name in names else (names[0] if names else None)
+
+
+def leader_termination_message(kind: JobKind, pods: Sequence[Mapping[str, Any]]) -> tuple[str, str | None] | None:
+    """``(replica, message)`` of the leader's main container as it last terminated; None without a leader pod.
+
+    A Succeeded leader pod is preferred: an MPI launcher Job may have left failed attempts beside it.
+    ``message`` is None when the container terminated without one (or has not terminated).
+    """
+    leaders = sorted(leader_pods(kind, pods), key=lambda pod: (pod.get("status") or {}).get("phase") != "Succeeded")
+    if not leaders:
+        return None
+    pod = leaders[0]
+    container = _main_container(kind, pod)
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == container:
+            terminated = (status.get("state") or {}).get("terminated") or {}
+            return replica_name(kind, pod), terminated.get("message")
+    return replica_name(kind, pod), None
