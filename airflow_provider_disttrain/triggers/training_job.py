@@ -23,6 +23,7 @@ from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, check_job, make_outcome, seconds_to_deadline
+from airflow_provider_disttrain.progress import ProgressTracker
 from airflow_provider_disttrain.status import JobState, has_run, job_state
 
 if TYPE_CHECKING:
@@ -108,6 +109,8 @@ class TrainingJobTrigger(BaseTrigger):
         self.api_failure_tolerance = api_failure_tolerance
         self.delete_on_kill = delete_on_kill
         self._seen_running = False
+        # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
+        self._progress = ProgressTracker()
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -211,6 +214,7 @@ class TrainingJobTrigger(BaseTrigger):
             entry = subscription.entry if subscription.synced else None
             if entry is not None:
                 last_job = entry.job
+                self._report_progress(entry.job)
                 if outcome := self._check(entry.job):
                     return outcome
                 if entry.deleted:
@@ -221,6 +225,8 @@ class TrainingJobTrigger(BaseTrigger):
                 job = await subscription.read()
                 if job is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(job):
                     return None
+                if job is not None:
+                    self._report_progress(job)
                 if outcome := self._check(job):
                     return outcome
                 last_job = job
@@ -229,6 +235,11 @@ class TrainingJobTrigger(BaseTrigger):
             if outcome := self._check_deadline_unseen(last_job):
                 return outcome
             await subscription.wait(self._next_wake(subscription.problem, last_job))
+
+    def _report_progress(self, job: Mapping[str, Any], waiting_reason: str | None = None) -> None:
+        """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""
+        if line := self._progress.observe(job, now=time.time(), waiting_reason=waiting_reason):
+            self.log.info("%s: %s", self.ref.title, line)
 
     def _judge_problem(
         self, problem: WatchProblem | None, had_access: bool, job: dict[str, Any] | None
@@ -265,7 +276,7 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _next_wake(self, problem: WatchProblem | None, job: dict[str, Any] | None) -> float | None:
         """Seconds until this trigger must look again even if nothing changes: its next deadline."""
-        waits = [self._remaining(job)]
+        waits = [self._remaining(job), self._progress.seconds_until_due(time.time())]
         if problem is not None and not problem.fatal:
             limit = _ACCESS_DENIED_GRACE_SECONDS if problem.denied else self.api_failure_tolerance
             waits.append(max(0.0, problem.since + limit - time.time()) + 0.01)
