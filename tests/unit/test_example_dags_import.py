@@ -11,6 +11,7 @@ EXPECTED = {
     "disttrain_elastic_pytorch",
     "disttrain_hyperparameter_sweep",
     "disttrain_manifest_first",
+    "disttrain_taskflow_decorators",
 }
 
 
