@@ -8,6 +8,7 @@ trigger and the Kubernetes clients are imported inside the methods that run on a
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -37,6 +38,7 @@ from airflow_provider_disttrain.manifest.validation import (
     validate_manifest,
     validate_namespace,
 )
+from airflow_provider_disttrain.metrics import leader_metrics
 from airflow_provider_disttrain.naming import (
     TASK_INSTANCE_LABEL,
     generate_job_name,
@@ -623,11 +625,13 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         ref = self._job_ref
         assert ref is not None
         status = outcome["status"]
+        # A success lists the pods once, for the leader's metrics and (deferred) its logs.
+        pods = self._final_pods(hook, ref) if status == outcomes.SUCCESS else None
         if not logs_forwarded:
-            LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log).forward()
+            LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log).forward(pods)
         job = hook.get_job(ref.kind, ref.name, ref.namespace) if status != outcomes.SUCCESS else None
         if status == outcomes.SUCCESS:
-            result = outcome["job"]
+            result = self._with_metrics(outcome["job"], pods)
             self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
             # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
             self._remember(context, result=result)
@@ -655,6 +659,24 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         ):
             message += f"\n{ref.title} was deleted: this was the task's last try."
         raise TrainingJobError(message)
+
+    def _final_pods(self, hook: TrainingJobHook, ref: JobRef) -> list[dict[str, Any]] | None:
+        try:
+            return hook.list_job_pods(ref.name, ref.namespace)
+        except Exception as error:  # metrics and logs are a courtesy: the job succeeded
+            self.log.warning("Could not list the pods of %s (no metrics in the result): %r", ref.title, error)
+            return None
+
+    def _with_metrics(self, result: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        """The result with the leader's metrics (its termination message as a JSON object), when it wrote any."""
+        if pods is None:
+            return result
+        metrics, why = leader_metrics(self.job_kind, pods)
+        if metrics is None:
+            self.log.info("No training metrics in the result: %s", why)
+            return result
+        self.log.info("Training metrics from the leader: %s", json.dumps(metrics, sort_keys=True))
+        return {**result, "metrics": metrics}
 
     def _is_last_try(self, context: Context) -> bool:
         return context["ti"].try_number > (self.retries or 0)

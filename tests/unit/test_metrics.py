@@ -38,10 +38,12 @@ def test_worker_0_speaks_for_a_job_without_a_master():
     assert leader_metrics(PYTORCH, pods) == ({"accuracy": 0.8}, "")
 
 
-def test_the_mpi_launcher_run_that_exited_0_counts_among_its_retries():
-    failed = make_pod("j", "launcher", replica_label=JOB_ROLE_LABEL, terminated=finished("boom", 1, at=END))
+def test_the_mpi_launcher_run_that_succeeded_counts_among_its_retries():
+    failed = make_pod(
+        "j", "launcher", replica_label=JOB_ROLE_LABEL, phase="Failed", terminated=finished("boom", 1, at=END)
+    )
     later = make_pod(
-        "j", "launcher", replica_label=JOB_ROLE_LABEL, terminated=finished('{"accuracy": 0.7}', at=RUNNING_AT)
+        "j", "launcher", replica_label=JOB_ROLE_LABEL, phase="Succeeded", terminated=finished('{"accuracy": 0.7}')
     )
     later["metadata"]["name"] += "b"
     worker = make_pod("j", "worker", 0, replica_label=JOB_ROLE_LABEL, terminated=finished('{"accuracy": 0}'))
