@@ -285,6 +285,26 @@ def test_write_metrics(ddp: ModuleType, tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json"]
 
 
+def test_final_metrics_become_the_termination_message(ddp: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "termination-log"
+    environ = {"DISTTRAIN_TERMINATION_MESSAGE_PATH": str(path)}
+    assert ddp.write_termination_message({"accuracy": 0.875, "loss": 0.25}, environ) is True
+    assert json.loads(path.read_text()) == {"accuracy": 0.875, "loss": 0.25}
+
+
+def test_an_unwritable_termination_log_never_fails_the_training(
+    ddp: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-dir" / "termination-log"
+    assert (
+        ddp.write_termination_message({"accuracy": 1.0}, {"DISTTRAIN_TERMINATION_MESSAGE_PATH": str(missing)}) is False
+    )
+    assert f"metrics not written to {missing}" in capsys.readouterr().out
+    too_big = {"notes": "x" * 5000}
+    assert ddp.write_termination_message(too_big, {"DISTTRAIN_TERMINATION_MESSAGE_PATH": str(tmp_path / "t")}) is False
+    assert not (tmp_path / "t").exists()
+
+
 def test_epoch_line_format(ddp: ModuleType) -> None:
     assert ddp.format_epoch_line(1, 0.41234, 0.81) == "epoch=1 loss=0.4123 accuracy=0.8100"
 

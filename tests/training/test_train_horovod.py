@@ -88,3 +88,8 @@ def test_copied_helpers_match_the_ddp_scripts(hvd_script: ModuleType, tmp_path: 
         module.write_metrics(out, loss=1 / 3, accuracy=2 / 3, epochs=1, world_size=2)
     assert (tmp_path / "h" / "metrics.json").read_text() == (tmp_path / "d" / "metrics.json").read_text()
     assert hvd_script.format_epoch_line(3, 1 / 3, 2 / 3) == ddp.format_epoch_line(3, 1 / 3, 2 / 3)
+    for module, name in ((hvd_script, "h.log"), (ddp, "d.log")):
+        module.write_termination_message(
+            {"accuracy": 2 / 3}, {"DISTTRAIN_TERMINATION_MESSAGE_PATH": str(tmp_path / name)}
+        )
+    assert (tmp_path / "h.log").read_text() == (tmp_path / "d.log").read_text()

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 MODEL_NAME = "model.pt"
 METRICS_NAME = "metrics.json"
+# Where Kubernetes keeps the container's termination message (the pod's terminationMessagePath).
+TERMINATION_PATH_ENV = "DISTTRAIN_TERMINATION_MESSAGE_PATH"
+DEFAULT_TERMINATION_PATH = "/dev/termination-log"
+MAX_TERMINATION_MESSAGE_BYTES = 4096
 
 
 def _positive_int(raw: str) -> int:
@@ -110,6 +114,25 @@ def write_metrics(output_dir: Path, loss: float, accuracy: float, epochs: int, w
             "world_size": int(world_size),
         },
     )
+
+
+def write_termination_message(payload: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> bool:
+    """Writes ``payload`` as one JSON object to the container's termination-message file, which the
+    kubelet copies (at most 4096 bytes) into the pod's status. Never fails the training: a file that
+    cannot be written (no Kubernetes, a read-only path) or a payload too large is only reported."""
+    path = Path(environ.get(TERMINATION_PATH_ENV) or DEFAULT_TERMINATION_PATH)
+    text = json.dumps(dict(payload), sort_keys=True)
+    if len(text.encode()) > MAX_TERMINATION_MESSAGE_BYTES:
+        print(
+            f"metrics not written to {path}: {len(text.encode())} bytes > {MAX_TERMINATION_MESSAGE_BYTES}", flush=True
+        )
+        return False
+    try:
+        path.write_text(text)
+    except OSError as error:
+        print(f"metrics not written to {path}: {error}", flush=True)
+        return False
+    return True
 
 
 def format_epoch_line(epoch: int, loss: float, accuracy: float) -> str:
@@ -232,7 +255,11 @@ def train(args: argparse.Namespace) -> dict[str, float]:
 
     if rank == 0:
         torch.save(model.state_dict(), args.output_dir / MODEL_NAME)
-        write_metrics(args.output_dir, loss, accuracy, args.epochs, size)
+        metrics = write_metrics(args.output_dir, loss, accuracy, args.epochs, size)
+        # Rank 0 runs in worker 0's pod; the launcher's message is what the Airflow task reads, so the
+        # launcher's command copies this file there (see training/README.md). Written here all the same
+        # for a one-pod world, where this pod is the leader.
+        write_termination_message(json.loads(metrics.read_text()))
     return {"loss": loss, "accuracy": accuracy}
 
 

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
 METRICS_NAME = "metrics.json"
+# Where Kubernetes keeps the container's termination message (the pod's terminationMessagePath).
+TERMINATION_PATH_ENV = "DISTTRAIN_TERMINATION_MESSAGE_PATH"
+DEFAULT_TERMINATION_PATH = "/dev/termination-log"
+MAX_TERMINATION_MESSAGE_BYTES = 4096
 
 LAUNCHER_TORCHRUN = "torchrun"
 LAUNCHER_OPERATOR = "operator"
@@ -248,6 +252,25 @@ def write_metrics(output_dir: Path, loss: float, accuracy: float, epochs: int, w
     )
 
 
+def write_termination_message(payload: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> bool:
+    """Writes ``payload`` as one JSON object to the container's termination-message file, which the
+    kubelet copies (at most 4096 bytes) into the pod's status. Never fails the training: a file that
+    cannot be written (no Kubernetes, a read-only path) or a payload too large is only reported."""
+    path = Path(environ.get(TERMINATION_PATH_ENV) or DEFAULT_TERMINATION_PATH)
+    text = json.dumps(dict(payload), sort_keys=True)
+    if len(text.encode()) > MAX_TERMINATION_MESSAGE_BYTES:
+        print(
+            f"metrics not written to {path}: {len(text.encode())} bytes > {MAX_TERMINATION_MESSAGE_BYTES}", flush=True
+        )
+        return False
+    try:
+        path.write_text(text)
+    except OSError as error:
+        print(f"metrics not written to {path}: {error}", flush=True)
+        return False
+    return True
+
+
 def format_epoch_line(epoch: int, loss: float, accuracy: float) -> str:
     return f"epoch={epoch} loss={loss:.4f} accuracy={accuracy:.4f}"
 
@@ -419,7 +442,9 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict[str, float | int]:
 
     if env.is_primary:
         _save_atomic(model.state_dict(), args.output_dir / MODEL_NAME)
-        write_metrics(args.output_dir, loss, accuracy, max(args.epochs, start_epoch), env.world_size)
+        metrics = write_metrics(args.output_dir, loss, accuracy, max(args.epochs, start_epoch), env.world_size)
+        # The leader pod's termination message: the Airflow task's result carries it as ``metrics``.
+        write_termination_message(json.loads(metrics.read_text()))
     # Keep every rank alive until rank 0 has written its files: in an elastic PyTorchJob the first
     # worker pod to succeed marks the job succeeded, and cleanPodPolicy: Running then deletes the
     # pods still running, which may include rank 0's.
