@@ -43,9 +43,21 @@ for r in m.get("Require") or []:
         (cd "$dir" && go mod edit "${args[@]}")
         touch "$dir/.ready"
       fi ;;
-    etcd|kwok|training-operator|mpi-operator)
+    trainer)
+      # JobSet's controller and Trainer's controller manager from one module:
+      # one dependency set (Trainer requires this JobSet), compiled once.
+      dir="$DISTTRAIN_CACHE/gobuild/trainer-$TRAINER_VERSION-jobset-$JOBSET_VERSION"
+      if [ ! -f "$dir/.ready" ]; then
+        mkdir -p "$dir"
+        cp "$CLUSTER_SRC_DIR/gobuild/trainer/go.mod" "$dir/go.mod"
+        (cd "$dir" && go mod edit -require="github.com/kubeflow/trainer/v2@$TRAINER_VERSION" \
+          -require="sigs.k8s.io/jobset@$JOBSET_VERSION")
+        touch "$dir/.ready"
+      fi ;;
+    etcd|kwok|training-operator|mpi-operator|kueue)
       local mod ver
       case "$group" in
+        kueue) mod=sigs.k8s.io/kueue; ver=$KUEUE_VERSION ;;
         etcd) mod=go.etcd.io/etcd/server/v3; ver=$ETCD_VERSION ;;
         kwok) mod=sigs.k8s.io/kwok; ver=$KWOK_VERSION ;;
         training-operator) mod=github.com/kubeflow/training-operator; ver=$TRAINING_OPERATOR_VERSION ;;
@@ -76,6 +88,7 @@ for r in m.get("Require") or []:
 component_group() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo kubernetes ;;
+    jobset|trainer) echo trainer ;;
     *) echo "$1" ;;
   esac
 }
@@ -87,6 +100,9 @@ component_pkg() {
     kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
     training-operator) echo github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
     mpi-operator) echo github.com/kubeflow/mpi-operator/cmd/mpi-operator ;;
+    jobset) echo sigs.k8s.io/jobset ;;   # its controller's main package is the module root
+    trainer) echo github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ;;
+    kueue) echo sigs.k8s.io/kueue/cmd/kueue ;;
   esac
 }
 
@@ -100,6 +116,7 @@ component_ldflags() {
         ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
       done ;;
     kwok) ldflags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" ;;
+    kueue) ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" ;;
   esac
   echo "$ldflags"
 }

@@ -40,7 +40,7 @@ for supervisor in "$PID_DIR"/*.supervisor.pid; do
   fi
   rm -f "$supervisor"
 done
-stop_group mpi-operator training-operator kwok kube-scheduler kube-controller-manager
+stop_group kueue trainer jobset mpi-operator training-operator kwok kube-scheduler kube-controller-manager
 stop_group kube-apiserver
 stop_group etcd
 log "cluster down ($stopped process(es) stopped)"

@@ -27,6 +27,12 @@ DEVCLUSTER_KUBELET_PORT="${DEVCLUSTER_KUBELET_PORT:-10250}"    # kwok's fake kub
 DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT="${DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT:-18080}"
 DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT="${DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT:-18081}"
 DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT="${DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT:-19443}"
+DEVCLUSTER_JOBSET_HEALTH_PORT="${DEVCLUSTER_JOBSET_HEALTH_PORT:-18082}"
+DEVCLUSTER_JOBSET_WEBHOOK_PORT="${DEVCLUSTER_JOBSET_WEBHOOK_PORT:-19444}"
+DEVCLUSTER_TRAINER_HEALTH_PORT="${DEVCLUSTER_TRAINER_HEALTH_PORT:-18083}"
+DEVCLUSTER_TRAINER_WEBHOOK_PORT="${DEVCLUSTER_TRAINER_WEBHOOK_PORT:-19445}"
+DEVCLUSTER_KUEUE_HEALTH_PORT="${DEVCLUSTER_KUEUE_HEALTH_PORT:-18084}"
+DEVCLUSTER_KUEUE_WEBHOOK_PORT="${DEVCLUSTER_KUEUE_WEBHOOK_PORT:-19446}"
 # mpi-operator's health server always listens on :8080 (not configurable).
 MPI_OPERATOR_HEALTH_PORT=8080
 
@@ -38,13 +44,16 @@ component_version() {
     kwok) echo "$KWOK_VERSION" ;;
     training-operator) echo "$TRAINING_OPERATOR_VERSION" ;;
     mpi-operator) echo "$MPI_OPERATOR_VERSION" ;;
+    jobset) echo "$JOBSET_VERSION" ;;
+    trainer) echo "$TRAINER_VERSION" ;;
+    kueue) echo "$KUEUE_VERSION" ;;
     *) echo "unknown component $1" >&2; return 1 ;;
   esac
 }
 
 component_bin() { echo "$BIN_CACHE/$1-$(component_version "$1")"; }
 
-ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok training-operator mpi-operator)
+ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok training-operator mpi-operator jobset trainer kueue)
 
 # Source dir of a Go module version in the module cache (downloads it if needed).
 module_dir() { (cd / && GOFLAGS= go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'); }
@@ -53,7 +62,7 @@ log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*"; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Processes started by up.sh, in start order (down.sh stops them in reverse).
-PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok training-operator mpi-operator)
+PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok training-operator mpi-operator jobset trainer kueue)
 
 kc() { "$(component_bin kubectl)" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
@@ -73,6 +82,21 @@ running_pid() {
 port_in_use() {
   if command -v ss >/dev/null && [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; then return 0; fi
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# The readiness endpoint of every controller up.sh starts after kwok (JobSet,
+# Trainer and Kueue report ready only once their webhook server serves).
+controller_ready_urls() {
+  echo "http://127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT/readyz"
+  echo "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"
+  echo "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"
+  echo "http://127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT/readyz"
+  echo "http://127.0.0.1:$DEVCLUSTER_KUEUE_HEALTH_PORT/readyz"
+}
+
+controllers_ready() {
+  local u
+  for u in $(controller_ready_urls); do curl -sf --max-time 2 "$u" >/dev/null || return 1; done
 }
 
 apiserver_ready() {

@@ -53,6 +53,12 @@ issue kube-scheduler "/CN=system:kube-scheduler"
 issue kwok "/O=system:masters/CN=kwok-controller"
 issue training-operator "/O=system:masters/CN=training-operator"
 issue mpi-operator "/O=system:masters/CN=mpi-operator"
+issue jobset "/O=system:masters/CN=jobset-controller"
+issue trainer "/O=system:masters/CN=trainer-controller-manager"
+issue kueue "/O=system:masters/CN=kueue-controller-manager"
+# Serving cert of the JobSet, Trainer and Kueue webhooks (and Kueue's metrics
+# server), registered as https://127.0.0.1:<port>/... with this CA's caBundle.
+issue webhook-serving "/CN=disttrain-devcluster-webhooks" "DNS:localhost,IP:127.0.0.1"
 # aggregation layer client (also lets controllers find a requestheader CA)
 CA=front-proxy-ca issue front-proxy-client "/CN=front-proxy-client"
 # kwok's fake kubelet endpoint (pod logs)
@@ -64,7 +70,13 @@ if [ ! -f sa.key ]; then
 fi
 
 # training-operator's cert rotator: CA (PKCS#1 key, SAN = its CA name) and a
-# serving cert for training-operator.kubeflow.svc, both valid > 90 days.
+# serving cert for training-operator.kubeflow.svc, both valid > 90 days. The
+# serving cert also names 127.0.0.1: its validating webhook is registered by
+# URL (https://127.0.0.1:<port>); a cert from before that is made again.
+if [ -f training-operator-webhook/tls.crt ] \
+   && ! openssl x509 -in training-operator-webhook/tls.crt -noout -ext subjectAltName 2>/dev/null | grep -q 'IP Address:127.0.0.1'; then
+  rm -rf training-operator-webhook
+fi
 if [ ! -f training-operator-webhook/tls.crt ]; then
   mkdir -p training-operator-webhook
   (
@@ -75,7 +87,7 @@ if [ ! -f training-operator-webhook/tls.crt ]; then
       -addext "keyUsage=critical,keyCertSign,digitalSignature,keyEncipherment" >/dev/null 2>&1
     openssl genrsa -traditional -out tls.key 2048 >/dev/null 2>&1 || openssl genrsa -out tls.key 2048 >/dev/null 2>&1
     openssl req -new -key tls.key -out tls.csr -subj "/O=training-operator/CN=training-operator.kubeflow.svc" >/dev/null 2>&1
-    printf 'subjectAltName=DNS:training-operator.kubeflow.svc\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n' >ext.cnf
+    printf 'subjectAltName=DNS:training-operator.kubeflow.svc,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n' >ext.cnf
     openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out tls.crt -days "$DAYS" -extfile ext.cnf >/dev/null 2>&1
     rm -f tls.csr ext.cnf
   )
@@ -106,7 +118,7 @@ current-context: disttrain-devcluster
 EOF
 }
 
-for u in kube-controller-manager kube-scheduler kwok training-operator mpi-operator; do
+for u in kube-controller-manager kube-scheduler kwok training-operator mpi-operator jobset trainer kueue; do
   write_kubeconfig "$u" "$u.kubeconfig"
 done
 write_kubeconfig admin "$KUBECONFIG_FILE"

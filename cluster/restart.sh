@@ -8,6 +8,8 @@ name="${1:?usage: restart.sh COMPONENT [DOWNTIME_SECONDS]}"
 downtime="${2:-0}"
 pid="$(running_pid "$name")" || die "$name is not running"
 mapfile -d '' argv <"/proc/$pid/cmdline"
+# ... and the exact environment (e.g. the Trainer's TMPDIR, which holds its webhook cert dir).
+mapfile -d '' environ <"/proc/$pid/environ"
 
 log "stopping $name (pid $pid)"
 kill "$pid"
@@ -19,7 +21,7 @@ if kill -0 "$pid" 2>/dev/null; then die "$name (pid $pid) did not stop"; fi
 sleep "$downtime"
 
 log "starting $name again"
-setsid "${argv[@]}" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+env -i "${environ[@]}" setsid "${argv[@]}" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
 echo $! >"$PID_DIR/$name.pid"
 if [ "$name" = kube-apiserver ]; then
   for _ in $(seq 1 600); do apiserver_ready && break; sleep 0.1; done

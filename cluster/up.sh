@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Starts the local test cluster (see cluster/README.md): builds missing
 # binaries, then runs etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok, training-operator and mpi-operator as local processes
-# on 127.0.0.1 and waits until nodes are Ready and both operators serve.
+# kube-scheduler, kwok, training-operator, mpi-operator, the JobSet controller,
+# the Kubeflow Trainer controller manager and Kueue as local processes on
+# 127.0.0.1, registers their webhooks, and waits until nodes are Ready and every
+# controller serves; then applies Trainer's ClusterTrainingRuntimes and Kueue's
+# ResourceFlavor/ClusterQueue/LocalQueue (see cluster/README.md).
 # Idempotent: if the cluster is already up and healthy it says so and exits 0.
 # State: $DEVCLUSTER_DIR (default <repo>/.devcluster): kubeconfig, pids/, logs/, pki/.
 # etcd data is wiped on every fresh start (DEVCLUSTER_KEEP_DATA=1 keeps it).
@@ -19,8 +22,7 @@ for p in "${PROCESSES[@]}"; do
 done
 if [ ${#alive[@]} -eq ${#PROCESSES[@]} ] && apiserver_ready \
    && [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 2 ] \
-   && curl -sf --max-time 2 "http://127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT/readyz" >/dev/null \
-   && curl -sf --max-time 2 "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz" >/dev/null; then
+   && controllers_ready; then
   log "cluster already up and healthy (KUBECONFIG=$KUBECONFIG_FILE)"
   exit 0
 fi
@@ -43,7 +45,10 @@ busy=()
 for port in "$DEVCLUSTER_ETCD_PORT" "$DEVCLUSTER_ETCD_PEER_PORT" "$DEVCLUSTER_APISERVER_PORT" \
             "$DEVCLUSTER_CONTROLLER_MANAGER_PORT" "$DEVCLUSTER_SCHEDULER_PORT" "$DEVCLUSTER_KUBELET_PORT" \
             "$DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT" "$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT" \
-            "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" "$MPI_OPERATOR_HEALTH_PORT"; do
+            "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" "$MPI_OPERATOR_HEALTH_PORT" \
+            "$DEVCLUSTER_JOBSET_HEALTH_PORT" "$DEVCLUSTER_JOBSET_WEBHOOK_PORT" \
+            "$DEVCLUSTER_TRAINER_HEALTH_PORT" "$DEVCLUSTER_TRAINER_WEBHOOK_PORT" \
+            "$DEVCLUSTER_KUEUE_HEALTH_PORT" "$DEVCLUSTER_KUEUE_WEBHOOK_PORT"; do
   if port_in_use "$port"; then busy+=("$port"); fi
 done
 if [ ${#busy[@]} -gt 0 ]; then
@@ -212,6 +217,12 @@ for f in "$TO_DIR"/manifests/base/crds/kubeflow.org_*.yaml; do
   [ "$(basename "$f")" = kubeflow.org_mpijobs.yaml ] || crd_args+=(-f "$f")
 done
 crd_args+=(-f "$MPI_DIR/manifests/base/kubeflow.org_mpijobs.yaml")
+# shellcheck source=controllers.sh
+source "$CLUSTER_SRC_DIR/controllers.sh"
+for d in "$JOBSET_DIR/config/components/crd/bases" "$TRAINER_DIR/manifests/base/crds" "$KUEUE_DIR/config/components/crd/bases"; do
+  [ -d "$d" ] || die "CRDs not found: '$d'"
+  for f in "$d"/*.yaml; do [ "$(basename "$f")" = kustomization.yaml ] || crd_args+=(-f "$f"); done
+done
 log "applying CRDs, namespaces, nodes"
 kc apply --server-side --force-conflicts "${crd_args[@]}" >"$LOG_DIR/apply.log" 2>&1 \
   || { cat "$LOG_DIR/apply.log" >&2; die "applying CRDs failed"; }
@@ -219,6 +230,7 @@ W="$PKI_DIR/training-operator-webhook"
 {
   printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kubeflow\n---\n'
   printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: mpi-operator\n---\n'
+  printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kueue-system\n---\n'
   # Secret of training-operator's cert rotator, pre-filled with a valid cert.
   printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: training-operator-webhook-cert\n  namespace: kubeflow\ndata:\n'
   for k in ca.crt ca.key tls.crt tls.key; do printf '  %s: %s\n' "$k" "$(base64 -w0 <"$W/$k")"; done
@@ -247,6 +259,33 @@ KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" supervise mpi-operator \
   --monitoring-port 0 \
   --threadiness 2
 
+# ------------------------------------------------ JobSet, Trainer, Kueue
+# Their internal cert management is off (it would issue certs for in-cluster
+# Service names); they serve pki.sh's webhook-serving cert (SAN 127.0.0.1) from
+# a cert dir, and their webhooks are registered by URL with pki.sh's CA.
+mkdir -p "$WEBHOOK_CERT_DIR"
+cp "$PKI_DIR/webhook-serving.crt" "$WEBHOOK_CERT_DIR/tls.crt"
+cp "$PKI_DIR/webhook-serving.key" "$WEBHOOK_CERT_DIR/tls.key"
+# Trainer's webhook cert dir is not configurable: controller-runtime's default,
+# $TMPDIR/k8s-webhook-server/serving-certs (a private TMPDIR, so it does not
+# share training-operator's /tmp one).
+TRAINER_TMPDIR="$DEVCLUSTER_DIR/trainer-tmp"
+mkdir -p "$TRAINER_TMPDIR/k8s-webhook-server/serving-certs"
+cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$TRAINER_TMPDIR/k8s-webhook-server/serving-certs/"
+# Kueue without internal cert management reads its metrics cert from this fixed
+# path at startup (even with metrics off) and exits if it is missing.
+KUEUE_METRICS_CERT_DIR=/etc/kueue/metrics/certs
+{ mkdir -p "$KUEUE_METRICS_CERT_DIR" && cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$KUEUE_METRICS_CERT_DIR/"; } 2>/dev/null \
+  || die "cannot write $KUEUE_METRICS_CERT_DIR (Kueue reads its metrics cert there; run as a user who may create it)"
+render_controller_configs
+log "starting JobSet $JOBSET_VERSION, Kubeflow Trainer $TRAINER_VERSION and Kueue $KUEUE_VERSION"
+KUBECONFIG="$PKI_DIR/jobset.kubeconfig" start jobset --kubeconfig "$PKI_DIR/jobset.kubeconfig" --config "$DEVCLUSTER_DIR/jobset-config.yaml"
+TMPDIR="$TRAINER_TMPDIR" KUBECONFIG="$PKI_DIR/trainer.kubeconfig" start trainer --kubeconfig "$PKI_DIR/trainer.kubeconfig" --config "$DEVCLUSTER_DIR/trainer-config.yaml"
+KUBECONFIG="$PKI_DIR/kueue.kubeconfig" start kueue --kubeconfig "$PKI_DIR/kueue.kubeconfig" --config "$DEVCLUSTER_DIR/kueue-config.yaml"
+render_webhooks >"$DEVCLUSTER_DIR/webhooks.yaml" || die "rendering the webhook configurations failed"
+kc apply -f "$DEVCLUSTER_DIR/webhooks.yaml" >>"$LOG_DIR/apply.log" 2>&1 \
+  || { tail -n 20 "$LOG_DIR/apply.log" >&2; die "registering the webhooks failed"; }
+
 # ----------------------------------------------------------------------- wait
 nodes_ready() { [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 2 ]; }
 default_sa() { kc -n default get serviceaccount default; }
@@ -259,6 +298,17 @@ wait_for training-operator "training-operator /readyz" http_ok "http://127.0.0.1
 wait_for training-operator "training-operator pytorchjob controller workers" log_has training-operator 'Starting workers.*pytorchjob'
 wait_for mpi-operator "mpi-operator workers started" log_has mpi-operator 'Started workers'
 wait_for mpi-operator "mpi-operator /healthz" http_ok "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"
+wait_for jobset "JobSet controller /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"
+wait_for trainer "Trainer controller manager /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT/readyz"
+wait_for kueue "Kueue /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_KUEUE_HEALTH_PORT/readyz"
+
+# Trainer's ClusterTrainingRuntimes and Kueue's queues pass through their
+# webhooks, so they are applied once those serve (retried until the timeout).
+applied() { kc apply -f "$1" >>"$LOG_DIR/apply.log" 2>&1; }
+kc kustomize "$TRAINER_DIR/manifests/base/runtimes" >"$DEVCLUSTER_DIR/runtimes.yaml" || die "rendering Trainer's runtimes failed"
+wait_for trainer "ClusterTrainingRuntimes applied (see $LOG_DIR/apply.log)" applied "$DEVCLUSTER_DIR/runtimes.yaml"
+render_kueue_queues >"$DEVCLUSTER_DIR/kueue-queues.yaml"
+wait_for kueue "Kueue ResourceFlavor/ClusterQueue/LocalQueue applied (see $LOG_DIR/apply.log)" applied "$DEVCLUSTER_DIR/kueue-queues.yaml"
 
 for p in "${PROCESSES[@]}"; do
   running_pid "$p" >/dev/null || fail_component "$p" "$p exited during startup"

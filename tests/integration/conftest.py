@@ -25,6 +25,10 @@ ADMIN_KUBECONFIG = DEVCLUSTER_DIR / "kubeconfig"
 ROLE_FILE = REPO / "deploy" / "rbac" / "role.yaml"
 SA_NAMESPACE = "disttrain-it"
 SA_NAME = "airflow-disttrain"
+# Kueue (cluster/controllers.sh): ClusterQueue with the 16 nvidia.com/gpu; the namespace fixture
+# creates the LocalQueue. Not named `default`: Kueue queues unlabelled jobs in a queue of that name.
+LOCAL_QUEUE = "user-queue"
+CLUSTER_QUEUE = "cluster-queue"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -106,6 +110,20 @@ def namespace(admin_api: Any, service_account_kubeconfig: Path, monkeypatch: pyt
             "metadata": {"name": SA_NAME},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
             "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}],
+        },
+    )
+    # As a platform team sets up each namespace: a job labelled kueue.x-k8s.io/queue-name=user-queue
+    # waits for quota in Kueue; an unlabelled one runs as before.
+    client.CustomObjectsApi(admin_api).create_namespaced_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        name,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
         },
     )
     connection = {

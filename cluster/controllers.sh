@@ -1,0 +1,160 @@
+# Configuration of the JobSet controller, the Kubeflow Trainer controller
+# manager and Kueue, and the webhook registrations of every controller of the
+# local test cluster. Sourced by up.sh after lib.sh (and usable by hand against
+# a running cluster: `source cluster/lib.sh; source cluster/controllers.sh`).
+# shellcheck shell=bash
+
+JOBSET_DIR="$(module_dir sigs.k8s.io/jobset "$JOBSET_VERSION")"
+TRAINER_DIR="$(module_dir github.com/kubeflow/trainer/v2 "$TRAINER_VERSION")"
+KUEUE_DIR="$(module_dir sigs.k8s.io/kueue "$KUEUE_VERSION")"
+TO_DIR="${TO_DIR:-$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")}"
+WEBHOOK_CERT_DIR="$DEVCLUSTER_DIR/webhook-certs"
+
+# Kueue objects, named as in Kueue's quickstart: one flavor, one ClusterQueue
+# with the kwok nodes' 16 GPUs (and their cpu/memory) open to every namespace,
+# a LocalQueue `user-queue` per namespace. Not `default`: Kueue 0.17 puts every
+# job without a queue label into a namespace's LocalQueue named `default`
+# (LocalQueueDefaulting, locked on), and unlabelled jobs must run unqueued.
+KUEUE_RESOURCE_FLAVOR=default-flavor
+KUEUE_CLUSTER_QUEUE=cluster-queue
+KUEUE_LOCAL_QUEUE=user-queue
+KUEUE_LOCAL_QUEUE_NAMESPACES=(default)   # test namespaces get theirs from tests/integration/conftest.py
+
+# Writes the three controllers' configuration files into $DEVCLUSTER_DIR.
+render_controller_configs() {
+  cat >"$DEVCLUSTER_DIR/jobset-config.yaml" <<EOF
+apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+webhook:
+  host: 127.0.0.1
+  port: $DEVCLUSTER_JOBSET_WEBHOOK_PORT
+  certDir: $WEBHOOK_CERT_DIR
+metrics:
+  bindAddress: "0"
+health:
+  healthProbeBindAddress: 127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT
+EOF
+  # The webhook cert dir is not configurable here: see TRAINER_TMPDIR in up.sh.
+  cat >"$DEVCLUSTER_DIR/trainer-config.yaml" <<EOF
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+health:
+  healthProbeBindAddress: 127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT
+  readinessEndpointName: readyz
+  livenessEndpointName: healthz
+metrics:
+  bindAddress: "0"
+webhook:
+  port: $DEVCLUSTER_TRAINER_WEBHOOK_PORT
+  host: 127.0.0.1
+leaderElection:
+  leaderElect: false
+certManagement:
+  enable: false
+EOF
+  # Integrations: the kinds this provider submits, and JobSet (a TrainJob runs
+  # as one). manageJobsWithoutQueueName=false: a job without the
+  # kueue.x-k8s.io/queue-name label runs unqueued, as on a cluster without
+  # Kueue; LocalQueueDefaulting is off too, or every unlabelled job in a
+  # namespace with a LocalQueue named `default` would be queued there. The
+  # visibility server (an aggregated APIService) is off.
+  cat >"$DEVCLUSTER_DIR/kueue-config.yaml" <<EOF
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+manageJobsWithoutQueueName: false
+health:
+  healthProbeBindAddress: 127.0.0.1:$DEVCLUSTER_KUEUE_HEALTH_PORT
+metrics:
+  bindAddress: "0"
+webhook:
+  host: 127.0.0.1
+  port: $DEVCLUSTER_KUEUE_WEBHOOK_PORT
+  certDir: $WEBHOOK_CERT_DIR
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+featureGates:
+  VisibilityOnDemand: false
+integrations:
+  frameworks:
+  - kubeflow.org/pytorchjob
+  - kubeflow.org/mpijob
+  - trainer.kubeflow.org/trainjob
+  - jobset.x-k8s.io/jobset
+EOF
+}
+
+# webhooks_of WEBHOOK_DIR PORT CA [webhooks.py args...]: a module's kustomized
+# webhook manifests (upstream's selectors, names, failurePolicy) pointed at 127.0.0.1.
+webhooks_of() {
+  local dir="$1" port="$2" ca="$3" py="$REPO_ROOT/.venv/bin/python"
+  shift 3
+  [ -x "$py" ] || py=python3
+  kc kustomize "$dir" | "$py" "$CLUSTER_SRC_DIR/webhooks.py" --port "$port" --ca "$ca" "$@"
+}
+
+# Prints the webhook configurations of training-operator, JobSet, Trainer and Kueue.
+render_webhooks() {
+  # training-operator's cert rotator keeps the CA in its Secret (and injects it
+  # into this configuration, by name, itself).
+  webhooks_of "$TO_DIR/manifests/base/webhook" "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" \
+    "$PKI_DIR/training-operator-webhook/ca.crt" || return 1
+  echo ---
+  webhooks_of "$JOBSET_DIR/config/components/webhook" "$DEVCLUSTER_JOBSET_WEBHOOK_PORT" "$PKI_DIR/ca.crt" \
+    --prefix jobset- || return 1
+  echo ---
+  webhooks_of "$TRAINER_DIR/manifests/base/webhook" "$DEVCLUSTER_TRAINER_WEBHOOK_PORT" "$PKI_DIR/ca.crt" || return 1
+  echo ---
+  # Kueue's only for its own kinds and the integrations enabled above: a webhook
+  # for a path it does not serve would reject every such object.
+  webhooks_of "$KUEUE_DIR/config/components/webhook" "$DEVCLUSTER_KUEUE_WEBHOOK_PORT" "$PKI_DIR/ca.crt" \
+    --prefix kueue- --keep kueue-x-k8s-io --keep kubeflow-org-v1-pytorchjob --keep kubeflow-org-v2beta1-mpijob \
+    --keep trainer-kubeflow-org-v1alpha1-trainjob --keep jobset-x-k8s-io-v1alpha2-jobset
+}
+
+# Prints the ResourceFlavor, the ClusterQueue and the fixed namespaces' LocalQueues.
+render_kueue_queues() {
+  cat <<EOF
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata:
+  name: $KUEUE_RESOURCE_FLAVOR
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: $KUEUE_CLUSTER_QUEUE
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors:
+    - name: $KUEUE_RESOURCE_FLAVOR
+      resources:
+      - name: cpu
+        nominalQuota: "64"
+      - name: memory
+        nominalQuota: 512Gi
+      - name: nvidia.com/gpu
+        nominalQuota: "16"
+EOF
+  local ns
+  for ns in "${KUEUE_LOCAL_QUEUE_NAMESPACES[@]}"; do
+    cat <<EOF
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata:
+  name: $KUEUE_LOCAL_QUEUE
+  namespace: $ns
+spec:
+  clusterQueue: $KUEUE_CLUSTER_QUEUE
+EOF
+  done
+}
