@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_disttrain.kueue import held_by_kueue, startup_clock_shift
 from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state
 
 SUCCESS = "success"
@@ -54,6 +55,29 @@ def _not_started(state: JobState, job: Mapping[str, Any], seen_running: bool) ->
     return state in _NOT_STARTED_STATES and not (seen_running or has_run(job))
 
 
+def startup_deadline_for(job: Mapping[str, Any] | None, startup_deadline: float | None) -> float | None:
+    """The startup deadline that applies to ``job``: time spent waiting for Kueue does not count.
+
+    ``startup_deadline`` is counted from the job's creation (it travels as absolute epoch seconds, so
+    serialized triggers keep it); a job Kueue held has it moved by the time it waited until admission,
+    and none applies while Kueue still holds it (``kueue.startup_clock_shift``).
+    """
+    if startup_deadline is None or job is None:
+        return startup_deadline
+    shift = startup_clock_shift(job)
+    return None if shift is None else startup_deadline + shift
+
+
+def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
+    """``queue_timeout`` bounds only the wait for a first admission: Kueue holds the job, which never ran."""
+    return job is not None and held_by_kueue(job) and not (ran or has_run(job))
+
+
+def _last_state(job: Mapping[str, Any], waiting_reason: str | None) -> str:
+    described = describe_state(job)
+    return f"{described}; Kueue: {waiting_reason}" if waiting_reason and held_by_kueue(job) else described
+
+
 def job_gone(ref: JobRef) -> dict[str, Any]:
     return make_outcome(ref, ERROR, f"{ref.title} no longer exists: it was deleted outside this task")
 
@@ -66,13 +90,17 @@ def check_job(
     startup_deadline: float | None = None,
     execution_deadline: float | None = None,
     has_run: bool = False,
+    queue_deadline: float | None = None,
+    waiting_reason: str | None = None,
 ) -> dict[str, Any] | None:
     """The outcome if the wait is over (finished, replaced, gone or past a deadline), else None.
 
     ``startup_deadline`` only applies until the job first runs: while it is queued, or suspended
     without having run (held by a queueing system). A job suspended after it ran is waited for, bounded
     by ``execution_deadline``, which always applies. ``has_run``: the caller saw it run (a suspended
-    MPIJob's conditions do not tell).
+    MPIJob's conditions do not tell). For a job Kueue holds, the startup clock starts at its admission
+    (``startup_deadline_for``) and ``queue_deadline`` bounds the wait for that admission;
+    ``waiting_reason`` (the Workload's message) goes into a timeout's message.
     """
     if job is None:
         return job_gone(ref)
@@ -93,9 +121,19 @@ def check_job(
         return make_outcome(
             ref,
             TIMEOUT,
-            f"{ref.title} did not finish within the task's execution_timeout; last state: {describe_state(job)}",
+            f"{ref.title} did not finish within the task's execution_timeout; last state: "
+            f"{_last_state(job, waiting_reason)}",
             job,
         )
+    if queue_deadline is not None and now >= queue_deadline and queue_deadline_applies(job, has_run):
+        return make_outcome(
+            ref,
+            TIMEOUT,
+            f"{ref.title} was not admitted by Kueue within queue_timeout; last state: "
+            f"{_last_state(job, waiting_reason)}",
+            job,
+        )
+    startup_deadline = startup_deadline_for(job, startup_deadline)
     if startup_deadline is not None and now >= startup_deadline and _not_started(state, job, has_run):
         return make_outcome(
             ref,
@@ -113,10 +151,18 @@ def seconds_to_deadline(
     startup_deadline: float | None = None,
     execution_deadline: float | None = None,
     has_run: bool = False,
+    job: Mapping[str, Any] | None = None,
+    queue_deadline: float | None = None,
 ) -> float | None:
-    """How long a waiter may sleep before a deadline that applies to ``state`` passes."""
+    """How long a waiter may sleep before a deadline that applies to ``state`` passes.
+
+    Given the ``job``, the Kueue rules of ``check_job`` apply: the startup deadline moved by the time
+    spent waiting for admission (none while waiting), and ``queue_deadline`` while Kueue holds it.
+    """
     deadlines = [execution_deadline]
     if state in _NOT_STARTED_STATES and not has_run:
-        deadlines.append(startup_deadline)
+        deadlines.append(startup_deadline_for(job, startup_deadline))
+    if queue_deadline_applies(job, has_run):
+        deadlines.append(queue_deadline)
     remaining = [deadline - now for deadline in deadlines if deadline is not None]
     return max(min(remaining), 0.0) if remaining else None

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_disttrain.kueue import describe_hold, held_by_kueue
+
 # Condition types and the state each one means when it is the job's newest true condition.
 _CONDITION_STATES = {
     "Created": "queued",
@@ -161,6 +163,9 @@ def describe_state(job: Mapping[str, Any]) -> str:
     # The condition the state was read from, so a Running set after Failed cannot explain a failure.
     newest = _deciding_condition(job)
     state = job_state(job).value
+    if held_by_kueue(job):
+        # Suspended by Kueue until its quota admits it: waiting in a queue, not stuck.
+        state = describe_hold(job)
     if not newest:
         return f"{state} (no conditions yet)"
     detail = ": ".join(part for part in (newest.get("reason"), newest.get("message")) if part)

@@ -18,6 +18,10 @@ stream, deserialises each event a second time, and retries 410 itself from a sta
 needs one shared client, resumption from bookmarks and a relist with backoff instead. Reading the
 stream's JSON lines is all it takes.
 
+A watch can also follow objects that are not jobs and are keyed by a label rather than their name:
+the trigger follows the Kueue Workloads of queued jobs through one watch per namespace, selected by
+and indexed on Kueue's ``job-uid`` label (``index_label``), since Kueue names a Workload itself.
+
 The watch starts with its first subscriber and stops ``LINGER_SECONDS`` after its last one leaves;
 its cluster's client closes with the cluster's last watch.
 """
@@ -38,6 +42,7 @@ from typing import Any
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, is_transient
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient, cluster_identity
 from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.kueue import ApiResource
 
 LINGER_SECONDS = 5.0
 """How long a watch outlives its last subscriber: a trigger moved or retried soon finds it warm."""
@@ -59,6 +64,8 @@ class WatchKey:
     namespace: str
     label_selector: str = ""
     field_selector: str = ""
+    index_label: str = ""
+    """Subscribers name objects by this label's value instead of ``metadata.name``."""
 
 
 @dataclass(frozen=True)
@@ -101,12 +108,20 @@ def trimmed(job: Mapping[str, Any]) -> dict[str, Any]:
 class Subscription:
     """One trigger's view of one job through a shared watch."""
 
-    def __init__(self, watch: SharedWatch, name: str, watch_timeout: float, poll_interval: float) -> None:
+    def __init__(
+        self,
+        watch: SharedWatch,
+        name: str,
+        watch_timeout: float,
+        poll_interval: float,
+        changed: asyncio.Event | None = None,
+    ) -> None:
         self.watch = watch
         self.name = name
         self.watch_timeout = watch_timeout
         self.poll_interval = poll_interval
-        self._changed = asyncio.Event()
+        # Shared with another subscription when one waiter follows two objects (a job and its Workload).
+        self.changed = self._changed = changed or asyncio.Event()
 
     @property
     def synced(self) -> bool:
@@ -138,7 +153,7 @@ class Subscription:
 class SharedWatch:
     """LIST + WATCH of one kind in one namespace, cached, with subscribers per job name."""
 
-    def __init__(self, key: WatchKey, kind: JobKind, cluster: ClusterClient, on_idle: Any) -> None:
+    def __init__(self, key: WatchKey, kind: JobKind | ApiResource, cluster: ClusterClient, on_idle: Any) -> None:
         self.key = key
         self.kind = kind
         self.cluster = cluster
@@ -156,8 +171,10 @@ class SharedWatch:
 
     # Subscribers ---------------------------------------------------------------------------------
 
-    def subscribe(self, name: str, watch_timeout: float, poll_interval: float) -> Subscription:
-        subscription = Subscription(self, name, watch_timeout, poll_interval)
+    def subscribe(
+        self, name: str, watch_timeout: float, poll_interval: float, changed: asyncio.Event | None = None
+    ) -> Subscription:
+        subscription = Subscription(self, name, watch_timeout, poll_interval, changed)
         self._subscribers.setdefault(name, set()).add(subscription)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -183,6 +200,13 @@ class SharedWatch:
 
     def cached(self, name: str) -> CachedJob | None:
         return self._jobs.get(name)
+
+    def _name_of(self, obj: Mapping[str, Any]) -> str:
+        """What subscribers call ``obj``: its name, or its ``index_label`` value."""
+        metadata = obj.get("metadata") or {}
+        if self.key.index_label:
+            return str((metadata.get("labels") or {}).get(self.key.index_label))
+        return str(metadata.get("name"))
 
     def _stop_if_idle(self) -> None:
         self._idle_timer = None
@@ -316,7 +340,7 @@ class SharedWatch:
             finally:
                 response.release()
         self._accepted()
-        jobs = {item["metadata"]["name"]: CachedJob(trimmed(item)) for item in listing.get("items") or []}
+        jobs = {self._name_of(item): CachedJob(trimmed(item)) for item in listing.get("items") or []}
         for name, entry in self._jobs.items():
             if name not in jobs and name in self._subscribers:
                 # Gone while we were not watching: its subscribers learn it from a tombstone.
@@ -378,7 +402,7 @@ class SharedWatch:
             self._resource_version = metadata["resourceVersion"]
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             return  # BOOKMARK: only its resourceVersion matters
-        name = str(metadata.get("name"))
+        name = self._name_of(obj)
         if event_type == "DELETED" and name not in self._subscribers:
             self._jobs.pop(name, None)
         else:
@@ -388,6 +412,8 @@ class SharedWatch:
     async def read(self, name: str) -> dict[str, Any] | None:
         from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
 
+        # Only job watches are read by name (a Workload appears in its watch once Kueue made it).
+        assert isinstance(self.kind, JobKind) and not self.key.index_label
         async with self.cluster.lease() as (api, _):
             self.requests["get"] += 1
             return await AsyncJobClient(api).get_job(self.kind, name, self.key.namespace)
@@ -415,10 +441,16 @@ class WatchRegistry:
         self._closing: set[asyncio.Task[None]] = set()
 
     def watch_for(
-        self, connection: Mapping[str, Any], kind: JobKind, namespace: str, label_selector: str, field_selector: str
+        self,
+        connection: Mapping[str, Any],
+        kind: JobKind | ApiResource,
+        namespace: str,
+        label_selector: str,
+        field_selector: str,
+        index_label: str = "",
     ) -> SharedWatch:
         cluster_key = cluster_identity(connection)
-        key = WatchKey(cluster_key, kind.kind, namespace, label_selector, field_selector)
+        key = WatchKey(cluster_key, kind.kind, namespace, label_selector, field_selector, index_label)
         watch = self.watches.get(key)
         if watch is None:
             cluster = self.clusters.get(cluster_key)
@@ -459,7 +491,7 @@ def registry() -> WatchRegistry:
 @contextlib.asynccontextmanager
 async def subscribe(
     connection: Mapping[str, Any],
-    kind: JobKind,
+    kind: JobKind | ApiResource,
     namespace: str,
     name: str,
     *,
@@ -467,10 +499,16 @@ async def subscribe(
     field_selector: str = "",
     watch_timeout: float = 300.0,
     poll_interval: float = 10.0,
+    index_label: str = "",
+    changed: asyncio.Event | None = None,
 ) -> AsyncIterator[Subscription]:
-    """Follow job ``name`` through the loop's shared watch of (cluster, kind, namespace, selectors)."""
-    watch = registry().watch_for(connection, kind, namespace, label_selector, field_selector)
-    subscription = watch.subscribe(name, watch_timeout, poll_interval)
+    """Follow job ``name`` through the loop's shared watch of (cluster, kind, namespace, selectors).
+
+    With ``index_label``, ``name`` is that label's value (the watch must select on the label); with
+    ``changed``, the subscription sets that event (another subscription's ``changed``) on each change.
+    """
+    watch = registry().watch_for(connection, kind, namespace, label_selector, field_selector, index_label)
+    subscription = watch.subscribe(name, watch_timeout, poll_interval, changed)
     try:
         yield subscription
     finally:

@@ -28,6 +28,7 @@ from airflow_provider_disttrain.hooks.api_errors import (
 )
 from airflow_provider_disttrain.hooks.rejections import field_error
 from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, JobKind, get_job_kind
+from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, workload_of
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
 
@@ -116,6 +117,19 @@ class TrainingJobHook(KubernetesHook):
             raise
         items = listing.get("items", [])
         return sorted(items, key=lambda job: job.get("metadata", {}).get("creationTimestamp") or "")
+
+    @retry_transient()
+    def find_workload(self, namespace: str, job_uid: str) -> dict[str, Any] | None:
+        """The Kueue Workload of the job of ``job_uid`` (Kueue names it itself: found by its job-uid label)."""
+        listing = self._custom.list_namespaced_custom_object(
+            group=WORKLOAD.group,
+            version=WORKLOAD.version,
+            namespace=namespace,
+            plural=WORKLOAD.plural,
+            label_selector=f"{JOB_UID_LABEL}={job_uid}",
+        )
+        workload = workload_of(listing.get("items") or [], job_uid)
+        return dict(workload) if workload is not None else None
 
     @retry_transient()
     def patch_job(self, kind: str | JobKind, name: str, namespace: str, patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL
 from airflow_provider_disttrain.manifest.pod_validation import env_entries
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -21,7 +22,11 @@ _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
 
 @dataclass(frozen=True)
 class RunPolicy:
-    """``spec.runPolicy`` fields (the same names for the training-operator and the mpi-operator)."""
+    """``spec.runPolicy`` fields (the same names for the training-operator and the mpi-operator).
+
+    ``queue`` is the gang scheduler's (Volcano, scheduler-plugins) ``schedulingPolicy.queue``, which the
+    operators' ``scheduling_queue`` parameter sets; Kueue's queue is a label (``JobParameters.queue_name``).
+    """
 
     clean_pod_policy: str | None = None
     ttl_seconds_after_finished: int | None = None
@@ -65,6 +70,8 @@ class JobParameters:
     run_policy: RunPolicy = field(default_factory=RunPolicy)
     labels: Mapping[str, str] | None = None
     annotations: Mapping[str, str] | None = None
+    queue_name: str | None = None
+    """Kueue LocalQueue: the job's ``kueue.x-k8s.io/queue-name`` label (on the job only; Kueue reads it there)."""
     node_selector: Mapping[str, str] | None = None
     tolerations: Sequence[Mapping[str, Any]] | None = None
     volumes: Sequence[Mapping[str, Any]] | None = None
@@ -234,6 +241,8 @@ def build_manifest(
         metadata["labels"] = {**metadata.get("labels", {}), **params.labels}
     if params.annotations:
         metadata["annotations"] = {**metadata.get("annotations", {}), **params.annotations}
+    if params.queue_name is not None:
+        metadata["labels"] = {**metadata.get("labels", {}), QUEUE_NAME_LABEL: params.queue_name}
 
     spec = manifest.setdefault("spec", {})
     replica_specs = spec.setdefault(kind.replica_specs_key, {})

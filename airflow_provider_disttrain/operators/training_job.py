@@ -27,6 +27,7 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
 )
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
+from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, held_by_kueue, queue_name, validate_queue_name
 from airflow_provider_disttrain.links import TrainingJobLink
 from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import JobParameters, RunPolicy, build_manifest, set_identity
@@ -134,7 +135,10 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     :param ttl_seconds_after_finished: ``runPolicy.ttlSecondsAfterFinished``.
     :param active_deadline_seconds: ``runPolicy.activeDeadlineSeconds``.
     :param backoff_limit: ``runPolicy.backoffLimit``.
-    :param queue: ``runPolicy.schedulingPolicy.queue`` (gang scheduler queue).
+    :param queue: Kueue LocalQueue to submit to: sets the job's ``kueue.x-k8s.io/queue-name`` label, so
+        Kueue holds the job suspended until its ClusterQueue has quota for it.
+    :param scheduling_queue: ``runPolicy.schedulingPolicy.queue``, the gang scheduler's queue (Volcano,
+        scheduler-plugins); this was ``queue`` before Kueue support.
     :param priority_class: ``runPolicy.schedulingPolicy.priorityClass``.
     :param min_available: ``runPolicy.schedulingPolicy.minAvailable``.
     :param labels: labels for the job and its pods.
@@ -154,6 +158,9 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     :param poll_interval: seconds between status reads (sync mode, or the trigger's fallback polling).
     :param startup_timeout: how long the job may take to first run (queued, pods Pending, or held suspended)
         before the task fails; a job suspended after it ran is waited for, within ``execution_timeout``.
+        For a job Kueue holds, the clock starts when Kueue admits it (time in the queue does not count).
+    :param queue_timeout: how long a job with a Kueue queue may wait for its first admission (default: no
+        limit); past it the task fails with Kueue's reason and the job is deleted, leaving nothing queued.
     :param delete_on_finish: ``never``, ``succeeded`` or ``always`` delete the job once it finished.
     :param delete_on_timeout: delete the job when a timeout fails the task (default True).
     :param delete_on_kill: delete the job when the task is killed (mark failed, clear) (default True).
@@ -206,6 +213,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         active_deadline_seconds: int | None = None,
         backoff_limit: int | None = None,
         queue: str | None = None,
+        scheduling_queue: str | None = None,
         priority_class: str | None = None,
         min_available: int | None = None,
         labels: Mapping[str, str] | None = None,
@@ -223,6 +231,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 10.0,
         startup_timeout: timedelta | float | None = timedelta(hours=1),
+        queue_timeout: timedelta | float | None = None,
         delete_on_finish: str = "never",
         delete_on_timeout: bool = True,
         delete_on_kill: bool = True,
@@ -250,6 +259,10 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         validate_resources_parameter(self.job_kind, resources)
         if shm_size is not None:
             validate_size_limit(shm_size, "shm_size")
+        if queue is not None:
+            validate_queue_name(queue, "queue")
+        # Not ``self.queue``: that is BaseOperator's executor queue (which this parameter name shadows).
+        self.kueue_queue = queue
         self.builder_options: dict[str, Any] = {
             "resources": resources,
             "gpus_per_replica": self.gpus_per_replica,
@@ -259,7 +272,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 ttl_seconds_after_finished=ttl_seconds_after_finished,
                 active_deadline_seconds=active_deadline_seconds,
                 backoff_limit=backoff_limit,
-                queue=queue,
+                queue=scheduling_queue,
                 priority_class=priority_class,
                 min_available=min_available,
             ),
@@ -271,12 +284,14 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             "image_pull_secrets": image_pull_secrets,
             "shm_size": shm_size,
             "spec_fields": spec_fields,
+            "queue_name": queue,
         }
         self.if_exists = _choice(if_exists, IF_EXISTS_CHOICES, "if_exists")
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.poll_interval = _seconds(poll_interval, "poll_interval") or 10.0
         self.startup_timeout = _seconds(startup_timeout, "startup_timeout")
+        self.queue_timeout = _seconds(queue_timeout, "queue_timeout")
         self.delete_on_finish = _choice(delete_on_finish, DELETE_ON_FINISH_CHOICES, "delete_on_finish")
         self.delete_on_timeout = delete_on_timeout
         self.delete_on_kill = delete_on_kill
@@ -341,6 +356,8 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         ti = context["ti"]
         labels = task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
         manifest = set_identity(manifest, name, namespace, labels)
+        if (queue := queue_name(manifest)) is not None:
+            validate_queue_name(queue, "queue" if self.kueue_queue else f"metadata.labels[{QUEUE_NAME_LABEL}]")
         validate_manifest(kind, manifest)
         if self.wait_for_completion:
             ttl_given = self.builder_options["run_policy"].ttl_seconds_after_finished is not None
@@ -394,7 +411,9 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
 
         startup_deadline = self._startup_deadline(job)
         if self.deferrable and not job_state(job).is_terminal:
-            self._defer(hook, startup_deadline, context, reattached=reattached)
+            self._defer(
+                hook, startup_deadline, context, reattached=reattached, queue_deadline=self._queue_deadline(job)
+            )
         try:
             outcome = self._wait(hook, self._job_ref, startup_deadline)
         except AirflowTaskTimeout:
@@ -563,6 +582,13 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         start = created_at.timestamp() if created_at else time.time()
         return start + self.startup_timeout
 
+    def _queue_deadline(self, job: dict[str, Any]) -> float | None:
+        """``queue_timeout`` counted from the job's creation: when Kueue must have admitted it by."""
+        if self.queue_timeout is None:
+            return None
+        created_at = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+        return (created_at.timestamp() if created_at else time.time()) + self.queue_timeout
+
     def _execution_deadline(self, context: Context) -> float | None:
         if self.execution_timeout is None:
             return None
@@ -571,7 +597,13 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         return started + self.execution_timeout.total_seconds()
 
     def _defer(
-        self, hook: TrainingJobHook, startup_deadline: float | None, context: Context, *, reattached: bool = False
+        self,
+        hook: TrainingJobHook,
+        startup_deadline: float | None,
+        context: Context,
+        *,
+        reattached: bool = False,
+        queue_deadline: float | None = None,
     ) -> None:
         from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
@@ -585,6 +617,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 uid=self._job_ref.uid,
                 startup_deadline=startup_deadline,
                 execution_deadline=execution_deadline,
+                queue_deadline=queue_deadline,
                 poll_interval=self.poll_interval,
                 delete_on_kill=self.delete_on_kill,
                 **hook.trigger_connection_args(),
@@ -598,7 +631,10 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
 
     def _wait(self, hook: TrainingJobHook, ref: JobRef, startup_deadline: float | None) -> dict[str, Any]:
         """Poll until ``check_job`` says the wait is over, copying the leader's new log lines each time."""
+        from airflow_provider_disttrain.hooks.kueue import KueueWaitReporter
+
         forwarder = LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log)
+        kueue = KueueWaitReporter(hook, self.log)
         last_state: JobState | None = None
         # Once seen running, a later suspension is not "not started yet" (an MPIJob's conditions can't tell).
         seen_running = False
@@ -607,14 +643,20 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             forwarder.forward()
             seen_running = seen_running or (job is not None and has_run(job))
             now = time.time()
-            if outcome := check_job(ref, job, now=now, startup_deadline=startup_deadline, has_run=seen_running):
+            deadlines: dict[str, Any] = {
+                "startup_deadline": startup_deadline,
+                "queue_deadline": self._queue_deadline(job) if job else None,
+                "has_run": seen_running,
+            }
+            waiting_reason = kueue.observe(job)
+            if outcome := check_job(ref, job, now=now, waiting_reason=waiting_reason, **deadlines):
                 forwarder.forward()
                 return outcome
             state = job_state(job or {})
             if state != last_state:
                 self.log.info("%s is %s", ref.title, describe_state(job or {}))
                 last_state = state
-            remaining = seconds_to_deadline(state, now=now, startup_deadline=startup_deadline, has_run=seen_running)
+            remaining = seconds_to_deadline(state, now=now, job=job, **deadlines)
             time.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining + 0.1))
 
     # -- the ending, shared by both modes -------------------------------------------------------------
@@ -645,7 +687,11 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
             raise JobFailedError(message)
         if status == outcomes.TIMEOUT:
-            if self.delete_on_timeout:
+            if job is not None and held_by_kueue(job):
+                # Left in the queue, it would take quota later for a task that has failed.
+                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+                message += f"\n{ref.title} was deleted: it was still queued by Kueue."
+            elif self.delete_on_timeout:
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
                 message += f"\n{ref.title} was deleted (delete_on_timeout=True)."
             raise JobTimeoutError(message)

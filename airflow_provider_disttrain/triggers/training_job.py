@@ -13,6 +13,7 @@ nothing changes on the server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, held_by_kueue, waiting_message
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, check_job, make_outcome, seconds_to_deadline
 from airflow_provider_disttrain.progress import ProgressTracker
@@ -69,6 +71,7 @@ class TrainingJobTrigger(BaseTrigger):
     :param connection_extras: the connection's extras, shipped together with ``config_dict``.
     :param startup_deadline: epoch seconds by which the job must have left the queued state.
     :param execution_deadline: epoch seconds by which the job must have finished.
+    :param queue_deadline: epoch seconds by which Kueue must have admitted a job it holds (``queue_timeout``).
     :param poll_interval: seconds between reads when polling, and the base of the error backoff.
     :param watch_timeout: seconds one watch request stays open before it is renewed.
     :param api_failure_tolerance: seconds of continuous API failure before giving up with an error.
@@ -88,6 +91,7 @@ class TrainingJobTrigger(BaseTrigger):
         connection_extras: dict[str, Any] | None = None,
         startup_deadline: float | None = None,
         execution_deadline: float | None = None,
+        queue_deadline: float | None = None,
         poll_interval: float = 10.0,
         watch_timeout: int = 300,
         api_failure_tolerance: float = 300.0,
@@ -104,11 +108,14 @@ class TrainingJobTrigger(BaseTrigger):
         self.connection_extras = connection_extras
         self.startup_deadline = startup_deadline
         self.execution_deadline = execution_deadline
+        self.queue_deadline = queue_deadline
         self.poll_interval = poll_interval
         self.watch_timeout = watch_timeout
         self.api_failure_tolerance = api_failure_tolerance
         self.delete_on_kill = delete_on_kill
         self._seen_running = False
+        self._workload = _WorkloadFollower()
+        self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
         self._progress = ProgressTracker()
 
@@ -126,6 +133,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "connection_extras": self.connection_extras,
                 "startup_deadline": self.startup_deadline,
                 "execution_deadline": self.execution_deadline,
+                "queue_deadline": self.queue_deadline,
                 "poll_interval": self.poll_interval,
                 "watch_timeout": self.watch_timeout,
                 "api_failure_tolerance": self.api_failure_tolerance,
@@ -154,6 +162,8 @@ class TrainingJobTrigger(BaseTrigger):
             startup_deadline=self.startup_deadline,
             execution_deadline=self.execution_deadline,
             has_run=self._seen_running,
+            queue_deadline=self.queue_deadline,
+            waiting_reason=self._waiting_reason,
         )
 
     def _remaining(self, job: dict[str, Any] | None) -> float | None:
@@ -163,7 +173,15 @@ class TrainingJobTrigger(BaseTrigger):
             startup_deadline=self.startup_deadline,
             execution_deadline=self.execution_deadline,
             has_run=self._seen_running or (job is not None and has_run(job)),
+            job=job,
+            queue_deadline=self.queue_deadline,
         )
+
+    async def _observe_queue(self, job: dict[str, Any] | None, subscription: Subscription) -> None:
+        """Follow the Workload of a job Kueue holds: why it waits goes to the progress lines and timeouts."""
+        options = {"watch_timeout": float(self.watch_timeout), "poll_interval": float(self.poll_interval)}
+        connection = self._connection()
+        self._waiting_reason = await self._workload.follow(job, connection, subscription, options, self.log)
 
     def _connection(self) -> dict[str, Any]:
         """What identifies the cluster and how to reach it: the hook's arguments."""
@@ -180,6 +198,8 @@ class TrainingJobTrigger(BaseTrigger):
         except Exception as error:  # The triggerer must always get an event, never a traceback.
             self.log.exception("Watching %s failed", self.ref.title)
             outcome = make_outcome(self.ref, ERROR, f"watching {self.ref.title} failed: {error!r}")
+        finally:
+            await self._workload.stop()
         yield TriggerEvent(outcome)
 
     async def _wait_until_done(self) -> dict[str, Any]:
@@ -214,7 +234,8 @@ class TrainingJobTrigger(BaseTrigger):
             entry = subscription.entry if subscription.synced else None
             if entry is not None:
                 last_job = entry.job
-                self._report_progress(entry.job)
+                await self._observe_queue(entry.job, subscription)
+                self._report_progress(entry.job, self._waiting_reason)
                 if outcome := self._check(entry.job):
                     return outcome
                 if entry.deleted:
@@ -226,7 +247,8 @@ class TrainingJobTrigger(BaseTrigger):
                 if job is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(job):
                     return None
                 if job is not None:
-                    self._report_progress(job)
+                    await self._observe_queue(job, subscription)
+                    self._report_progress(job, self._waiting_reason)
                 if outcome := self._check(job):
                     return outcome
                 last_job = job
@@ -293,3 +315,71 @@ class TrainingJobTrigger(BaseTrigger):
                 jobs.delete_job(get_job_kind(self.kind), self.name, self.namespace, self.uid),
                 _KILL_TIMEOUT_SECONDS,
             )
+
+
+class _WorkloadFollower:
+    """One trigger's subscription to the Kueue Workload of its job, open only while Kueue holds the job.
+
+    Workloads are followed through one shared watch per (cluster, namespace), selecting every Workload
+    that has Kueue's ``job-uid`` label and indexed on it (Kueue names a Workload itself). A job without
+    the queue label, or one Kueue has admitted, opens none: clusters without Kueue see no extra request.
+    A Workload that cannot be read (403: the Role lacks the verbs; 404: Kueue is not installed) is
+    reported once and not asked for again; the job is still waited for.
+    """
+
+    def __init__(self) -> None:
+        self._context: contextlib.AbstractAsyncContextManager[Subscription] | None = None
+        self._subscription: Subscription | None = None
+        self._unreadable = False
+
+    async def follow(
+        self,
+        job: Mapping[str, Any] | None,
+        connection: Mapping[str, Any],
+        job_subscription: Subscription,
+        options: Mapping[str, Any],
+        log: Any,
+    ) -> str | None:
+        """Kueue's message for ``job`` while Kueue holds it (None otherwise, or while not known yet).
+
+        The Workload's changes wake the trigger through its job subscription's event.
+        """
+        if job is None or not held_by_kueue(job) or self._unreadable:
+            await self.stop()
+            return None
+        if self._subscription is None:
+            from airflow_provider_disttrain.hooks.shared_watch import subscribe
+
+            metadata = job["metadata"]
+            self._context = subscribe(
+                connection,
+                WORKLOAD,
+                metadata["namespace"],
+                metadata["uid"],
+                label_selector=JOB_UID_LABEL,
+                index_label=JOB_UID_LABEL,
+                changed=job_subscription.changed,
+                **options,
+            )
+            self._subscription = await self._context.__aenter__()
+        problem = self._subscription.problem
+        if problem is not None and (problem.fatal or problem.denied):
+            self._unreadable = True
+            log.warning(
+                "%s %s is queued by Kueue, but its Workload cannot be read (%s): the Role needs get, list and "
+                "watch on workloads.kueue.x-k8s.io to say why it waits",
+                job.get("kind"),
+                job["metadata"].get("name"),
+                describe_error(problem.error),
+            )
+            await self.stop()
+            return None
+        if not self._subscription.synced:
+            return None
+        entry = self._subscription.entry
+        return waiting_message(entry.job if entry is not None and not entry.deleted else None)
+
+    async def stop(self) -> None:
+        context, self._context, self._subscription = self._context, None, None
+        if context is not None:
+            await context.__aexit__(None, None, None)

@@ -52,6 +52,7 @@ class FakeApiServer:
         self.compacted_below = 0
         self.tokens = {"good-token"}
         self.requests: list[tuple[str, dict[str, str]]] = []  # (verb, query parameters)
+        self.paths: list[tuple[str, str]] = []  # (verb, URL path): which resource each request was for
         self.faults: dict[str, list[tuple[int, str]]] = {"list": [], "watch": [], "get": [], "delete": []}
         self.hang_watches = False
         self.bookmark_interval: float | None = None
@@ -137,6 +138,7 @@ class FakeApiServer:
 
     def _refusal(self, request: web.Request, verb: str) -> web.Response | None:
         self.requests.append((verb, dict(request.query)))
+        self.paths.append((verb, request.path))
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if token not in self.tokens:
             return _status(401, "Unauthorized", "Unauthorized")

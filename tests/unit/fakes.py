@@ -177,6 +177,7 @@ _API_METHODS = (
     "create_job",
     "get_job",
     "find_jobs",
+    "find_workload",
     "patch_job",
     "delete_job",
     "list_job_pods",
@@ -231,6 +232,7 @@ class FakeTrainingJobHook:
         self.previous_logs: dict[str, str] = {}  # the log of a restarted container's last run
         self.events: list[dict[str, Any]] = []
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.workloads: list[dict[str, Any]] = []  # Kueue Workloads, found by their job-uid label
         self.log = LOG
         # Test controls.
         self.before_create: Any = None  # called once with the manifest, just before the next create
@@ -354,6 +356,15 @@ class FakeTrainingJobHook:
         if self.delete_removes:
             del self.jobs[(namespace, name)]
         return True
+
+    def find_workload(self, namespace: str, job_uid: str) -> dict[str, Any] | None:
+        """The job's Workload among ``workloads``, picked as the real hook picks from its label-selected list."""
+        from airflow_provider_disttrain.kueue import workload_of
+
+        self._record("find_workload", namespace, job_uid)
+        listed = [w for w in self.workloads if w["metadata"].get("namespace") == namespace]
+        workload = workload_of(listed, job_uid)
+        return copy.deepcopy(dict(workload)) if workload is not None else None
 
     def delete_and_wait(self, kind: Any, name: str, namespace: str, **kwargs: Any) -> bool:
         """The real loop (``delete_job``, then ``get_job`` until gone) over the calls above."""

@@ -1,0 +1,194 @@
+"""Training operators and Kueue: the queue label, the scheduling queue, waiting for admission (sync, deferred)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import structlog
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobTimeoutError
+from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
+from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.status import parse_time
+from tests.unit.fakes import (
+    FakeTrainingJobHook,
+    condition,
+    make_context,
+    running_status,
+    succeeded_status,
+    with_hook,
+)
+
+QUOTA_MESSAGE = (
+    "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu in flavor "
+    "gpu-flavor, 8 more needed"
+)
+
+
+def stamp(delay: float = 0.0) -> str:
+    return (datetime.now(timezone.utc) + timedelta(seconds=delay)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def held_status() -> dict[str, Any]:
+    """What the training-operator writes for a job Kueue's webhook created suspended."""
+    return {"conditions": [condition("Created", stamp()), condition("Suspended", stamp(), "PyTorchJobSuspended")]}
+
+
+def released_status() -> dict[str, Any]:
+    """Kueue admitted the job and unsuspended it; its operator says so, then starts its pods."""
+    return {
+        "conditions": [
+            condition("Created", stamp()),
+            condition("Suspended", stamp(1), "PyTorchJobResumed", status="False"),
+            condition("Running", stamp(1)),
+        ],
+        "replicaStatuses": {"Master": {"active": 1}},
+    }
+
+
+def add_workload_once_created(hook: FakeTrainingJobHook) -> None:
+    """Kueue makes the job's Workload as soon as the job exists: so does the fake, before the next read."""
+    hook.on_get = lambda _: pending_workload(hook) if hook.jobs and not hook.workloads else None
+
+
+def pending_workload(hook: FakeTrainingJobHook) -> dict[str, Any]:
+    """Kueue's Workload for the one job the hook holds, waiting for quota."""
+    job = hook.only_job()
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"pytorchjob-{job['metadata']['name']}-1a2b3",
+            "namespace": job["metadata"]["namespace"],
+            "labels": {JOB_UID_LABEL: job["metadata"]["uid"]},
+            "creationTimestamp": stamp(),
+        },
+        "status": {
+            "conditions": [condition("QuotaReserved", stamp(), "Pending", QUOTA_MESSAGE, status="False")],
+        },
+    }
+    hook.workloads.append(workload)
+    return workload
+
+
+def operator(hook: FakeTrainingJobHook, cls: type[TrainingJobOperator] = TrainingJobOperator, **kwargs: Any) -> Any:
+    arguments: dict[str, Any] = {"task_id": "train", "image": "trainer:1", "num_workers": 1, "poll_interval": 0.01}
+    arguments.update(kwargs)
+    return with_hook(cls(**arguments), hook)
+
+
+# -- the manifest ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [TrainingJobOperator, PyTorchJobOperator, MPIJobOperator])
+def test_queue_sets_kueues_label_on_the_job_only(cls: type[TrainingJobOperator]) -> None:
+    hook = FakeTrainingJobHook(progression=[succeeded_status()])
+
+    operator(hook, cls, queue="default").execute(make_context())
+
+    manifest = hook.submitted_manifest()
+    assert manifest["metadata"]["labels"][QUEUE_NAME_LABEL] == "default"
+    for replica in manifest["spec"][next(key for key in manifest["spec"] if key.endswith("ReplicaSpecs"))].values():
+        assert QUEUE_NAME_LABEL not in (replica["template"].get("metadata") or {}).get("labels", {})
+    assert "schedulingPolicy" not in manifest["spec"].get("runPolicy", {})
+
+
+def test_scheduling_queue_is_the_gang_schedulers_queue() -> None:
+    hook = FakeTrainingJobHook(progression=[succeeded_status()])
+
+    operator(hook, scheduling_queue="volcano-q").execute(make_context())
+
+    manifest = hook.submitted_manifest()
+    assert manifest["spec"]["runPolicy"]["schedulingPolicy"] == {"queue": "volcano-q"}
+    assert QUEUE_NAME_LABEL not in manifest["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("queue", ["Default", "gpu_queue", "a" * 64, ""])
+def test_an_invalid_queue_is_refused_when_the_dag_is_parsed(queue: str) -> None:
+    with pytest.raises(InvalidJobSpecError) as raised:
+        TrainingJobOperator(task_id="train", image="trainer:1", queue=queue)
+    assert raised.value.field == "queue"
+
+
+def test_an_invalid_queue_label_in_the_manifest_is_refused_before_anything_is_sent() -> None:
+    hook = FakeTrainingJobHook()
+    manifest = {"metadata": {"labels": {QUEUE_NAME_LABEL: "Team_A"}}, "spec": {"pytorchReplicaSpecs": {}}}
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        operator(hook, job_manifest=manifest).execute(make_context())
+
+    assert raised.value.field == f"metadata.labels[{QUEUE_NAME_LABEL}]"
+    assert hook.calls == []
+
+
+def test_queue_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="queue_timeout"):
+        TrainingJobOperator(task_id="train", image="trainer:1", queue="default", queue_timeout=0)
+
+
+# -- waiting in sync mode ----------------------------------------------------------------------------------
+
+
+def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
+    # Held for 20 polls (0.2 s), four times the startup limit: the job still runs and succeeds.
+    hook = FakeTrainingJobHook(progression=[held_status()] * 20 + [released_status(), succeeded_status()])
+    add_workload_once_created(hook)
+    task = operator(hook, queue="default", startup_timeout=0.05)
+
+    with structlog.testing.capture_logs() as logs:
+        result = task.execute(make_context())
+
+    assert result["state"] == "succeeded"
+    lines = [entry["event"] for entry in logs]
+    queued = [line for line in lines if "is queued by Kueue: " in line]
+    assert queued == [f"PyTorchJob default/{result['name']} is queued by Kueue: {QUOTA_MESSAGE}"]  # once, not per poll
+    assert any("is queued by Kueue in LocalQueue 'default' (Suspended" in line for line in lines)
+    # The Workload is read only while Kueue holds the job.
+    assert len(hook.called("find_workload")) == 20
+
+
+def test_queue_timeout_fails_with_kueues_message_and_deletes_the_queued_job() -> None:
+    hook = FakeTrainingJobHook(progression=[held_status()])
+    add_workload_once_created(hook)
+    task = operator(hook, job_name="train-abc", queue="default", queue_timeout=0.05, delete_on_timeout=False)
+
+    with pytest.raises(JobTimeoutError) as raised:
+        task.execute(make_context())
+
+    message = str(raised.value)
+    assert "was not admitted by Kueue within queue_timeout" in message
+    assert f"Kueue: {QUOTA_MESSAGE}" in message
+    # Even with delete_on_timeout=False: a job left in the queue would take quota later.
+    assert "was deleted: it was still queued by Kueue" in message
+    assert hook.job("train-abc") is None
+
+
+def test_a_job_without_queue_never_reads_workloads() -> None:
+    hook = FakeTrainingJobHook(progression=[running_status(), succeeded_status()])
+
+    operator(hook).execute(make_context())
+
+    assert hook.called("find_workload") == []
+
+
+# -- deferring -------------------------------------------------------------------------------------------
+
+
+def test_the_trigger_gets_the_queue_deadline_counted_from_the_jobs_creation() -> None:
+    hook = FakeTrainingJobHook(progression=[held_status()])
+    task = operator(hook, queue="default", queue_timeout=timedelta(minutes=30), startup_timeout=600, deferrable=True)
+
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(make_context())
+
+    created = parse_time(hook.only_job()["metadata"]["creationTimestamp"])
+    assert created is not None
+    trigger = deferred.value.trigger
+    assert trigger.queue_deadline == created.timestamp() + 1800
+    assert trigger.startup_deadline == created.timestamp() + 600  # moved by the trigger once admitted
+    assert trigger.serialize()[1]["queue_deadline"] == trigger.queue_deadline

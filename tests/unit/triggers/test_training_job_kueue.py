@@ -1,0 +1,156 @@
+"""``TrainingJobTrigger`` and Kueue: it follows the Workload of a job Kueue holds through the shared watch.
+
+Real trigger, shared watch and kubernetes_asyncio client against the fake API server, which serves the
+Workloads (``kueue.x-k8s.io/v1beta2``) beside the jobs, as Kueue v0.17 writes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+
+from airflow_provider_disttrain.hooks import shared_watch
+from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+from tests.unit.fakes import START, condition, epoch, make_job, running_status, succeeded_status
+from tests.unit.triggers.test_training_job import make_trigger, run_once, started
+
+WORKLOADS = "workloads"
+QUOTA_MESSAGE = (
+    "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu in flavor "
+    "gpu-flavor, 8 more needed"
+)
+
+
+def queued_job(status: dict[str, Any], *, queue: str | None = "default") -> dict[str, Any]:
+    labels = {TASK_INSTANCE_LABEL: "abc123", **({QUEUE_NAME_LABEL: queue} if queue else {})}
+    return make_job("train-abc", "ml", uid="uid-1", status=status, labels=labels, created=START)
+
+
+HELD = {"conditions": [condition("Created", START), condition("Suspended", START, "PyTorchJobSuspended")]}
+
+
+def workload(*conditions: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "pytorchjob-train-abc-5d7e2", "namespace": "ml", "labels": {JOB_UID_LABEL: "uid-1"}},
+        "status": {"conditions": list(conditions)},
+    }
+
+
+PENDING = workload(condition("QuotaReserved", START, "Pending", QUOTA_MESSAGE, status="False"))
+ADMITTED = workload(condition("QuotaReserved", START, "QuotaReserved"), condition("Admitted", START, "Admitted"))
+
+
+def workload_requests(apiserver: Any) -> list[str]:
+    return [verb for verb, path in apiserver.paths if path.endswith(f"/{WORKLOADS}")]
+
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_workloads_reason_is_in_the_progress_lines_until_admission(apiserver: Any) -> None:
+    await apiserver.put(queued_job(HELD))
+    await apiserver.put(PENDING, plural=WORKLOADS)
+    with structlog.testing.capture_logs() as logs:
+        task = await started(make_trigger(apiserver), apiserver, watches=2)  # the job's and the Workloads'
+        await until(lambda: any(QUOTA_MESSAGE in str(entry["event"]) for entry in logs))
+
+        await apiserver.put(ADMITTED, plural=WORKLOADS)
+        await apiserver.put(queued_job(running_status()))
+        await until(lambda: apiserver.open_watches == 1)  # admitted: the Workload watch is let go
+        await apiserver.put(queued_job(succeeded_status()))
+        event = await task
+
+    assert event["status"] == "success"
+    lines = [str(entry["event"]) for entry in logs]
+    queued = next(line for line in lines if QUOTA_MESSAGE in line)
+    assert "queued by Kueue in LocalQueue 'default'" in queued
+    assert queued.endswith(f"waiting: {QUOTA_MESSAGE}")
+    # One LIST and one WATCH of the namespace's Workloads, selected by Kueue's job-uid label.
+    assert workload_requests(apiserver) == ["list", "watch"]
+    assert {query.get("labelSelector") for query in apiserver.queries("list")} == {TASK_INSTANCE_LABEL, JOB_UID_LABEL}
+
+
+async def test_queue_deadline_ends_the_wait_with_kueues_message(apiserver: Any) -> None:
+    await apiserver.put(queued_job(HELD))
+    await apiserver.put(PENDING, plural=WORKLOADS)
+
+    event = await run_once(make_trigger(apiserver, queue_deadline=epoch(0.5), startup_deadline=epoch(-60)))
+
+    assert event["status"] == "timeout"
+    assert "was not admitted by Kueue within queue_timeout" in event["message"]
+    assert event["message"].endswith(f"Kueue: {QUOTA_MESSAGE}")
+
+
+async def test_triggers_of_one_namespace_share_one_workload_watch(apiserver: Any) -> None:
+    names = [f"train-{index}" for index in range(3)]
+    for index, name in enumerate(names):
+        held = queued_job(HELD)
+        held["metadata"].update(name=name, uid=f"uid-{index}")
+        pending = workload(condition("QuotaReserved", START, "Pending", f"{QUOTA_MESSAGE} ({name})", status="False"))
+        pending["metadata"].update(name=f"wl-{name}", labels={JOB_UID_LABEL: f"uid-{index}"})
+        await apiserver.put(held)
+        await apiserver.put(pending, plural=WORKLOADS)
+    triggers = [
+        make_trigger(apiserver, name=name, uid=f"uid-{i}", queue_deadline=epoch(1.0)) for i, name in enumerate(names)
+    ]
+
+    events = await asyncio.gather(*(run_once(trigger) for trigger in triggers))
+
+    for name, event in zip(names, events, strict=True):
+        assert event["status"] == "timeout"
+        assert event["message"].endswith(f"({name})")  # each its own Workload's reason
+    assert workload_requests(apiserver) == ["list", "watch"]
+
+
+async def test_a_job_without_a_queue_makes_no_workload_request(apiserver: Any) -> None:
+    await apiserver.put(queued_job(HELD, queue=None))
+    task = await started(make_trigger(apiserver), apiserver)
+
+    await apiserver.put(queued_job(succeeded_status(), queue=None))
+
+    assert (await task)["status"] == "success"
+    assert workload_requests(apiserver) == []
+
+
+async def test_unreadable_workloads_are_reported_once_and_the_job_is_still_followed(apiserver: Any) -> None:
+    await apiserver.put(queued_job({"conditions": [condition("Created", START)]}))
+    with structlog.testing.capture_logs() as logs:
+        task = await started(make_trigger(apiserver), apiserver)
+        apiserver.fail_next("list", 403, reason="Forbidden")  # the next LIST is the Workloads': a Role without them
+        await apiserver.put(queued_job(HELD))
+        await until(lambda: any("cannot be read" in str(entry["event"]) for entry in logs))
+        await apiserver.put(queued_job(running_status()))
+        await apiserver.put(queued_job(succeeded_status()))
+        event = await task
+
+    assert event["status"] == "success"
+    warnings = [entry for entry in logs if "cannot be read" in str(entry["event"])]
+    assert len(warnings) == 1
+    assert "workloads.kueue.x-k8s.io" in str(warnings[0]["event"])
+
+
+def test_a_trigger_serialized_before_queue_deadline_existed_still_loads() -> None:
+    _, kwargs = TrainingJobTrigger(kind="PyTorchJob", name="a", namespace="b", queue_deadline=5.0).serialize()
+    assert kwargs["queue_deadline"] == 5.0
+    del kwargs["queue_deadline"]
+
+    assert TrainingJobTrigger(**kwargs).queue_deadline is None
+
+
+async def test_no_workload_watch_lingers_after_the_trigger_ends(apiserver: Any) -> None:
+    await apiserver.put(queued_job(HELD))
+    await apiserver.put(PENDING, plural=WORKLOADS)
+
+    await run_once(make_trigger(apiserver, queue_deadline=epoch(0.3)))
+
+    await until(lambda: not shared_watch.registry().watches)
