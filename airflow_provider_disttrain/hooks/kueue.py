@@ -40,8 +40,8 @@ class KueueWaitReporter:
                 raise
             self._unreadable = True
             self._log.warning(
-                "%s is queued by Kueue, but its Workload cannot be read (%s): the Role needs get, list and "
-                "watch on workloads.kueue.x-k8s.io to say why it waits",
+                "%s is queued by Kueue, but its Workload cannot be read (%s): the Role needs list and watch "
+                "on workloads.kueue.x-k8s.io to say why it waits",
                 title,
                 describe_error(error),
             )

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_disttrain.kinds import JobKind
-from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL
 from airflow_provider_disttrain.manifest.pod_validation import env_entries
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -25,7 +24,7 @@ class RunPolicy:
     """``spec.runPolicy`` fields (the same names for the training-operator and the mpi-operator).
 
     ``queue`` is the gang scheduler's (Volcano, scheduler-plugins) ``schedulingPolicy.queue``, which the
-    operators' ``scheduling_queue`` parameter sets; Kueue's queue is a label (``JobParameters.queue_name``).
+    operators' ``scheduling_queue`` parameter sets; Kueue's queue is a label the operators set (``queue``).
     """
 
     clean_pod_policy: str | None = None
@@ -70,8 +69,6 @@ class JobParameters:
     run_policy: RunPolicy = field(default_factory=RunPolicy)
     labels: Mapping[str, str] | None = None
     annotations: Mapping[str, str] | None = None
-    queue_name: str | None = None
-    """Kueue LocalQueue: the job's ``kueue.x-k8s.io/queue-name`` label (on the job only; Kueue reads it there)."""
     node_selector: Mapping[str, str] | None = None
     tolerations: Sequence[Mapping[str, Any]] | None = None
     volumes: Sequence[Mapping[str, Any]] | None = None
@@ -241,8 +238,6 @@ def build_manifest(
         metadata["labels"] = {**metadata.get("labels", {}), **params.labels}
     if params.annotations:
         metadata["annotations"] = {**metadata.get("annotations", {}), **params.annotations}
-    if params.queue_name is not None:
-        metadata["labels"] = {**metadata.get("labels", {}), QUEUE_NAME_LABEL: params.queue_name}
 
     spec = manifest.setdefault("spec", {})
     replica_specs = spec.setdefault(kind.replica_specs_key, {})

@@ -284,7 +284,6 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             "image_pull_secrets": image_pull_secrets,
             "shm_size": shm_size,
             "spec_fields": spec_fields,
-            "queue_name": queue,
         }
         self.if_exists = _choice(if_exists, IF_EXISTS_CHOICES, "if_exists")
         self.wait_for_completion = wait_for_completion
@@ -355,6 +354,9 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             name = generate_job_name(base, max_length=max_job_name_length(kind, manifest))
         ti = context["ti"]
         labels = task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+        if self.kueue_queue is not None:
+            # On the job itself, for every kind: Kueue reads the label there (not on the pods).
+            labels[QUEUE_NAME_LABEL] = self.kueue_queue
         manifest = set_identity(manifest, name, namespace, labels)
         if (queue := queue_name(manifest)) is not None:
             validate_queue_name(queue, "queue" if self.kueue_queue else f"metadata.labels[{QUEUE_NAME_LABEL}]")

@@ -366,8 +366,8 @@ class _WorkloadFollower:
         if problem is not None and (problem.fatal or problem.denied):
             self._unreadable = True
             log.warning(
-                "%s %s is queued by Kueue, but its Workload cannot be read (%s): the Role needs get, list and "
-                "watch on workloads.kueue.x-k8s.io to say why it waits",
+                "%s %s is queued by Kueue, but its Workload cannot be read (%s): the Role needs list and watch "
+                "on workloads.kueue.x-k8s.io to say why it waits",
                 job.get("kind"),
                 job["metadata"].get("name"),
                 describe_error(problem.error),
