@@ -15,6 +15,7 @@ _LAZY_EXPORTS = {
     "TrainingJobOperator": "airflow_provider_disttrain.operators.training_job",
     "PyTorchJobOperator": "airflow_provider_disttrain.operators.pytorch_job",
     "MPIJobOperator": "airflow_provider_disttrain.operators.mpi_job",
+    "TrainJobOperator": "airflow_provider_disttrain.operators.train_job",
     "DeleteTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
     "ScaleTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
     "SuspendTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
@@ -29,6 +30,7 @@ __all__ = [
     "ResumeTrainingJobOperator",
     "ScaleTrainingJobOperator",
     "SuspendTrainingJobOperator",
+    "TrainJobOperator",
     "TrainingJobOperator",
     "TrainingJobSensor",
     "__version__",
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     )
     from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
     from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+    from airflow_provider_disttrain.operators.train_job import TrainJobOperator
     from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
     from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 

@@ -11,17 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_provider_disttrain.kinds import REPLICA_INDEX_LABEL, JobKind
+from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.status import failure_condition
 
 MAX_EVENTS = 10
 
 
 def replica_name(kind: JobKind, pod: Mapping[str, Any]) -> str:
-    """``worker-1``, ``master-0``, ``launcher``: the replica a pod plays, from the operator's labels."""
+    """``worker-1``, ``master-0``, ``launcher``, a TrainJob's ``node-1``: the replica a pod plays, from the
+    operator's labels (the kinds table names them)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     replica = labels.get(kind.replica_type_label)
-    index = labels.get(REPLICA_INDEX_LABEL)
+    index = labels.get(kind.replica_index_label)
     if replica:
         return f"{replica}-{index}" if index is not None else str(replica)
     return str((pod.get("metadata") or {}).get("name"))

@@ -7,13 +7,23 @@ the training-operator's status shape is one entry in ``JOB_KINDS``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 # Pod labels set by the Kubeflow operators; both operators share the job-name label.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+
+# Pod labels of a Kubeflow Trainer v2 TrainJob, which runs as a JobSet of the same name (JobSet
+# v0.12 api/jobset/v1alpha2/jobset_types.go: JobSetNameKey, ReplicatedJobNameKey, JobIndexKey) of
+# Indexed batch Jobs (k8s.io/api batch/v1 JobCompletionIndexAnnotation, also set as a pod label).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
 @dataclass(frozen=True)
@@ -25,8 +35,9 @@ class JobKind:
     group: str
     version: str
     plural: str
-    replica_specs_key: str
-    """Spec field holding the replica specs, e.g. ``pytorchReplicaSpecs``."""
+    replica_specs_key: str | None
+    """Spec field holding the replica specs, e.g. ``pytorchReplicaSpecs``; None for a TrainJob, whose
+    pods come from its runtime's replicated jobs."""
     container_name: str
     """Container name the operator looks for in each replica's pod template (and the builder's name)."""
     default_port: int | None
@@ -61,6 +72,38 @@ class JobKind:
     follows_worker_count: bool = False
     """Whether running pods adapt when the Worker count changes without an elastic policy (the
     mpi-operator rewrites the hostfile and discover_hosts.sh that elastic Horovod reads)."""
+    success_condition: str = "Succeeded"
+    """The condition type that, true, means the job succeeded (a TrainJob's is ``Complete``)."""
+    replica_statuses_key: str = "replicaStatuses"
+    """Status field with the per-replica counters (active, succeeded, failed)."""
+    replica_statuses_list_key: str | None = None
+    """None when that field is a map keyed by replica type; else it is a list and this names the key
+    field of its entries (a TrainJob's ``jobsStatus[].name``, one entry per replicated job)."""
+    running_counters: tuple[str, ...] = ()
+    """Counters that, non-zero in a replica's status, mean the job runs. Empty: the conditions say
+    (``Running``). A TrainJob has no such condition; its ``jobsStatus[].ready`` counts child Jobs whose
+    pods all run or completed (``active`` also counts Jobs whose pods are still Pending)."""
+    status_has_times: bool = True
+    """Whether the status has ``startTime``/``completionTime``; if not, they are read from conditions."""
+    job_name_label: str = JOB_NAME_LABEL
+    """Pod label whose value is the job's name (how its pods are found)."""
+    replica_index_label: str = REPLICA_INDEX_LABEL
+    """Pod label with the pod's index within its replica type."""
+    leader_pod_labels: tuple[tuple[str, str], ...] = ()
+    """Further labels the leader pod carries, beside its replica type and index 0."""
+    suspend_path: tuple[str, ...] = ("spec", "runPolicy", "suspend")
+    """Where ``suspend`` lives in the job (runPolicy in the training-operator's and the mpi-operator's)."""
+    node_count_path: tuple[str, ...] | None = None
+    """For a kind without replica specs, where its number of worker pods is set (TrainJob numNodes)."""
+    scalable_while_suspended: bool = True
+    """Whether the worker count may be changed at all (a TrainJob's ``spec.trainer`` is immutable)."""
+    operator: str | None = None
+    """The operator class that builds this kind, when the generic builder cannot (no replica specs)."""
+    pod_name_suffix: str = "-{replica}-{index}"
+    """What the operator appends to the job's name to name a pod (and its service), for the longest
+    name that fits: the Kubeflow operators' ``<job>-<replica>-<index>``; JobSet's
+    ``<jobset>-<replicated job>-<job index>-<pod index>`` plus the batch Job's 5 random characters
+    (JobSet v0.12 pkg/util/placement GenPodName, checked in its webhook)."""
 
     @property
     def api_version(self) -> str:
@@ -86,7 +129,14 @@ class JobKind:
 
     def worker_replicas_path(self) -> tuple[str, ...]:
         """Path of the Worker replica count inside the job object (what the scale operator patches)."""
+        if self.replica_specs_key is None:
+            assert self.node_count_path is not None, f"{self.kind} has neither replica specs nor a node count"
+            return self.node_count_path
         return ("spec", self.replica_specs_key, self.worker_replica, "replicas")
+
+    def builder_name(self) -> str:
+        """How a DAG author submits this kind: its own operator, or the generic one."""
+        return self.operator or f"TrainingJobOperator(kind={self.kind!r})"
 
 
 _V1_GROUP = "kubeflow.org"
@@ -187,7 +237,49 @@ JOB_KINDS: dict[str, JobKind] = {
             builder_leader_replica=None,
             replica_types=frozenset({"Worker"}),
         ),
+        # Kubeflow Trainer v2.3 (github.com/kubeflow/trainer/v2 pkg/apis/trainer/v1alpha1/trainjob_types.go).
+        # The pods are the JobSet's: the trainer step is the replicated job ``node`` (constants.Node, the
+        # name every shipped runtime gives it), one Indexed Job of numNodes pods; node 0 is the leader
+        # (JobSet's placement.IsLeaderPod: completion index 0).
+        JobKind(
+            kind="TrainJob",
+            group="trainer.kubeflow.org",
+            version="v1alpha1",
+            plural="trainjobs",
+            replica_specs_key=None,
+            container_name="node",
+            default_port=None,
+            port_name=None,
+            leader_replica="node",
+            builder_leader_replica=None,
+            replica_types=frozenset({"node"}),
+            worker_replica="node",
+            restart_policies=frozenset(),
+            replica_type_label=REPLICATED_JOB_LABEL,
+            normalises_replica_types=False,
+            success_condition="Complete",
+            replica_statuses_key="jobsStatus",
+            replica_statuses_list_key="name",
+            running_counters=("ready", "succeeded"),
+            status_has_times=False,
+            job_name_label=JOBSET_NAME_LABEL,
+            replica_index_label=COMPLETION_INDEX_LABEL,
+            leader_pod_labels=((JOB_INDEX_LABEL, "0"),),
+            suspend_path=("spec", "suspend"),
+            node_count_path=("spec", "trainer", "numNodes"),
+            scalable_while_suspended=False,
+            operator="TrainJobOperator",
+            # Each replicated job of Trainer's runtimes has one replica (job index 0).
+            pod_name_suffix="-{replica}-0-{index}-xxxxx",
+        ),
     )
+}
+
+# The runtimes a TrainJob's ``spec.runtimeRef`` may name (Trainer v2.3 CRDs in manifests/base/crds):
+# runtime kind -> (plural, namespaced). A TrainingRuntime must be in the TrainJob's namespace.
+TRAINING_RUNTIME_KINDS: dict[str, tuple[str, bool]] = {
+    "ClusterTrainingRuntime": ("clustertrainingruntimes", False),
+    "TrainingRuntime": ("trainingruntimes", True),
 }
 
 
@@ -199,3 +291,14 @@ def get_job_kind(kind: str | JobKind) -> JobKind:
         if known.kind.lower() == str(kind).lower():
             return known
     raise ValueError(f"kind: unknown job kind {kind!r}; expected one of {', '.join(JOB_KINDS)}")
+
+
+# The kinds that share the training-operator's status shape all read the same; a job object without
+# a known ``kind`` (a trimmed test double, say) is read as one of them.
+_DEFAULT_STATUS_KIND = "PyTorchJob"
+
+
+def kind_of(job: Mapping[str, Any]) -> JobKind:
+    """The table entry for a job object, from its own ``kind`` field (the API server always sets it)."""
+    name = str(job.get("kind") or "")
+    return JOB_KINDS.get(name) or JOB_KINDS[_DEFAULT_STATUS_KIND]

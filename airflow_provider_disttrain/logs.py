@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_disttrain.diagnostics import replica_name
-from airflow_provider_disttrain.kinds import REPLICA_INDEX_LABEL, JobKind
+from airflow_provider_disttrain.kinds import JobKind
 
 LEADER = "leader"
 ALL = "all"
@@ -28,7 +28,9 @@ def _is_leader(kind: JobKind, pod: Mapping[str, Any], leader: str) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if labels.get(kind.replica_type_label) != kind.replica_label_value(leader):
         return False
-    return labels.get(REPLICA_INDEX_LABEL) in (None, "0")
+    if any(labels.get(key) != value for key, value in kind.leader_pod_labels):
+        return False
+    return labels.get(kind.replica_index_label) in (None, "0")
 
 
 def leader_pods(kind: JobKind, pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -186,7 +188,7 @@ class LogForwarder:
         emitted = 0
         try:
             if pods is None:
-                pods = self.hook.list_job_pods(self.job_name, self.namespace)
+                pods = self.hook.list_job_pods(self.job_name, self.namespace, kind=self.kind)
             by_name = {pod["metadata"]["name"]: pod for pod in pods}
             for pod_name, container in log_targets(self.kind, pods, self.log_replicas):
                 restarts = _restart_count(by_name[pod_name], container)

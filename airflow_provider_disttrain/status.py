@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_disttrain.kinds import JobKind, kind_of
 from airflow_provider_disttrain.kueue import describe_hold, held_by_kueue
 
 # Condition types and the state each one means when it is the job's newest true condition.
@@ -67,19 +68,57 @@ def _timestamp(condition: Mapping[str, Any]) -> str:
     return str(condition.get("lastTransitionTime") or condition.get("lastUpdateTime") or "")
 
 
+def _condition_states(kind: JobKind) -> dict[str, str]:
+    # A TrainJob says Complete where the training-operator says Succeeded (the kinds table knows which).
+    return {**_CONDITION_STATES, kind.success_condition: "succeeded"}
+
+
+def _terminal_types(kind: JobKind) -> tuple[str, str]:
+    return (kind.success_condition, "Failed")
+
+
 def _deciding_condition(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The true condition the state comes from: the newest terminal one, else the newest one."""
-    true_conditions = [c for c in _conditions(job) if _is_true(c) and c.get("type") in _CONDITION_STATES]
-    terminal = [c for c in true_conditions if c.get("type") in ("Succeeded", "Failed")]
+    kind = kind_of(job)
+    states = _condition_states(kind)
+    true_conditions = [c for c in _conditions(job) if _is_true(c) and c.get("type") in states]
+    terminal = [c for c in true_conditions if c.get("type") in _terminal_types(kind)]
     return _newest(terminal) or _newest(true_conditions)
 
 
+def replica_counts(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Per replica type (per replicated job for a TrainJob): its active, succeeded and failed counters."""
+    kind = kind_of(job)
+    raw = (job.get("status") or {}).get(kind.replica_statuses_key) or {}
+    if kind.replica_statuses_list_key is not None:
+        # A list keyed by name (TrainJob jobsStatus[]), e.g. [{"name": "node", "active": 1, "ready": 1}].
+        key = kind.replica_statuses_list_key
+        entries = raw if isinstance(raw, list) else []
+        raw = {str(entry.get(key)): entry for entry in entries if isinstance(entry, Mapping)}
+    counters = ("active", "succeeded", "failed", *kind.running_counters)
+    return {
+        str(replica): {counter: int(counts.get(counter) or 0) for counter in dict.fromkeys(counters)}
+        for replica, counts in raw.items()
+        if isinstance(counts, Mapping)
+    }
+
+
+def _counts_show_running(job: Mapping[str, Any]) -> bool:
+    """For a kind without a Running condition: whether a replica's counters say its pods run."""
+    counters = kind_of(job).running_counters
+    return any(counts.get(counter) for counts in replica_counts(job).values() for counter in counters)
+
+
 def job_state(job: Mapping[str, Any]) -> JobState:
-    """The job's state from its newest true condition; Failed and Succeeded are final once set."""
+    """The job's state from its newest true condition; Failed and Succeeded are final once set.
+
+    A kind without a Running condition (TrainJob: only Suspended, Complete, Failed) runs when its
+    replica counters say so, and is queued until then.
+    """
     newest = _deciding_condition(job)
     if newest is None:
-        return JobState.QUEUED
-    return JobState(_CONDITION_STATES[str(newest["type"])])
+        return JobState.RUNNING if _counts_show_running(job) else JobState.QUEUED
+    return JobState(_condition_states(kind_of(job))[str(newest["type"])])
 
 
 # The mpi-operator writes Running=False with this reason on every suspension, also of a job that never
@@ -91,11 +130,16 @@ def has_run(job: Mapping[str, Any]) -> bool:
     """Whether the job's pods have run at some point (so it is no longer "not started yet").
 
     Read from the conditions: a Running or Restarting condition, true now or flipped to False since,
-    or a terminal one. A suspended MPIJob's conditions cannot say; a waiter that saw it running knows.
+    or a terminal one; for a TrainJob, its replicated jobs' counters. A suspended MPIJob's conditions
+    cannot say, nor a suspended TrainJob's counters (its Jobs are suspended); a waiter that saw it
+    running knows.
     """
+    if _counts_show_running(job):
+        return True
+    terminal_types = _terminal_types(kind_of(job))
     for condition in _conditions(job):
         kind = condition.get("type")
-        if kind in ("Succeeded", "Failed") and _is_true(condition):
+        if kind in terminal_types and _is_true(condition):
             return True
         if kind in ("Running", "Restarting") and (
             _is_true(condition) or condition.get("reason") != _SUSPENSION_WITHOUT_HISTORY
@@ -127,12 +171,26 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
+def _times(job: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``(start, completion)`` as the status gives them; for a kind whose status has no times (TrainJob),
+    the time it was last resumed (else created) and the time its terminal condition became true."""
+    status = job.get("status") or {}
+    kind = kind_of(job)
+    if kind.status_has_times:
+        return status.get("startTime"), status.get("completionTime")
+    conditions = _conditions(job)
+    resumed = [c for c in conditions if c.get("type") == "Suspended" and not _is_true(c)]
+    start = _timestamp(resumed[-1]) if resumed else (job.get("metadata") or {}).get("creationTimestamp")
+    finished = _newest([c for c in conditions if c.get("type") in _terminal_types(kind) and _is_true(c)])
+    return start or None, _timestamp(finished) if finished else None
+
+
 def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """The JSON-safe summary a training task returns to XCom."""
     metadata = job.get("metadata") or {}
-    status = job.get("status") or {}
-    start = parse_time(status.get("startTime"))
-    end = parse_time(status.get("completionTime"))
+    start_time, completion_time = _times(job)
+    start = parse_time(start_time)
+    end = parse_time(completion_time)
     duration = (end - start).total_seconds() if start and end else None
     return {
         "name": metadata.get("name"),
@@ -148,12 +206,12 @@ def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
             }
             for condition in _conditions(job)
         ],
-        "start_time": status.get("startTime"),
-        "completion_time": status.get("completionTime"),
+        "start_time": start_time,
+        "completion_time": completion_time,
         "duration_seconds": duration,
         "replica_statuses": {
-            replica: {counter: int(counts.get(counter) or 0) for counter in ("active", "succeeded", "failed")}
-            for replica, counts in (status.get("replicaStatuses") or {}).items()
+            replica: {counter: counts[counter] for counter in ("active", "succeeded", "failed")}
+            for replica, counts in replica_counts(job).items()
         },
     }
 

@@ -27,7 +27,7 @@ from airflow_provider_disttrain.hooks.api_errors import (
     retry_transient,
 )
 from airflow_provider_disttrain.hooks.rejections import field_error
-from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, JobKind, get_job_kind
+from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, TRAINING_RUNTIME_KINDS, JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, workload_of
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
@@ -211,9 +211,34 @@ class TrainingJobHook(KubernetesHook):
         return True
 
     @retry_transient()
-    def list_job_pods(self, job_name: str, namespace: str) -> list[dict[str, Any]]:
+    def get_training_runtime(self, runtime_kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """A TrainJob's runtime (``ClusterTrainingRuntime``, cluster-wide, or ``TrainingRuntime`` in
+        ``namespace``), or None when it does not exist."""
+        plural, namespaced = TRAINING_RUNTIME_KINDS[runtime_kind]
+        trainer = get_job_kind("TrainJob")
+        where = f"{namespace}/{name}" if namespaced else name
         try:
-            pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job_name}")
+            if namespaced:
+                return self._custom.get_namespaced_custom_object(
+                    group=trainer.group, version=trainer.version, namespace=namespace, plural=plural, name=name
+                )
+            return self._custom.get_cluster_custom_object(
+                group=trainer.group, version=trainer.version, plural=plural, name=name
+            )
+        except Exception as error:
+            if api_status(error) == 404:
+                return None
+            raise_for_access(error, f"get {runtime_kind} {where}")
+            raise
+
+    @retry_transient()
+    def list_job_pods(
+        self, job_name: str, namespace: str, *, kind: str | JobKind | None = None
+    ) -> list[dict[str, Any]]:
+        """The job's pods, found by the label the kind's operator sets (a TrainJob's: its JobSet's)."""
+        label = get_job_kind(kind).job_name_label if kind is not None else JOB_NAME_LABEL
+        try:
+            pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=f"{label}={job_name}")
         except Exception as error:
             raise_for_access(error, f"list pods of {namespace}/{job_name}")
             raise
@@ -340,7 +365,7 @@ class TrainingJobHook(KubernetesHook):
         """``headline`` plus what the job's pods, their failing containers' logs and events say."""
         kind = get_job_kind(ref.kind)
         try:
-            pods = self.list_job_pods(ref.name, ref.namespace)
+            pods = self.list_job_pods(ref.name, ref.namespace, kind=kind)
             troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
             names = {ref.name, f"{ref.name}-launcher", *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS]}
             events = self.list_warning_events(ref.namespace, names)

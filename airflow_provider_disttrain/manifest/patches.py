@@ -19,10 +19,14 @@ def _worker_key(kind: JobKind, job: Mapping[str, Any]) -> str:
     return kind.worker_replica
 
 
+def _worker_count_path(kind: JobKind, job: Mapping[str, Any]) -> tuple[str, ...]:
+    if kind.replica_specs_key is None:
+        return kind.worker_replicas_path()
+    return ("spec", kind.replica_specs_key, _worker_key(kind, job), "replicas")
+
+
 def current_workers(kind: JobKind, job: Mapping[str, Any]) -> int | None:
-    value: Any = job
-    for part in ("spec", kind.replica_specs_key, _worker_key(kind, job), "replicas"):
-        value = value.get(part) if isinstance(value, Mapping) else None
+    value = _get_path(job, _worker_count_path(kind, job))
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -45,15 +49,23 @@ def scale_patch(kind: JobKind, job: Mapping[str, Any], replicas: int) -> dict[st
     scaled only while suspended (resuming recreates every pod at the new size), unless its pods follow
     the worker count by themselves (``JobKind.follows_worker_count``).
     """
-    key = _worker_key(kind, job)
-    field = f"spec.{kind.replica_specs_key}.{key}.replicas"
+    path = _worker_count_path(kind, job)
+    field = ".".join(path)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise InvalidJobSpecError(field, f"replicas must be an integer >= 1, got {replicas!r}")
+    if not kind.scalable_while_suspended:
+        # Trainer v2.3's CRD: spec.trainer carries XValidation "self == oldSelf" (immutable), and v2.2
+        # removed the elastic policy; the API server would refuse the patch.
+        raise InvalidJobSpecError(
+            field,
+            f"a {kind.kind}'s node count cannot change once it is created (the field is immutable and "
+            f"{kind.kind} has no elastic training); submit a new {kind.kind} with the node count you want",
+        )
     if current_workers(kind, job) is None:
         raise InvalidJobSpecError(field, f"the job has no {kind.worker_replica} replicas to scale")
     spec = job.get("spec") or {}
     elastic = spec.get("elasticPolicy") if kind.supports_elastic else None
-    suspended = (spec.get("runPolicy") or {}).get("suspend") is True
+    suspended = _get_path(job, kind.suspend_path) is True
     if elastic:
         low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
         if (low is not None and replicas < low) or (high is not None and replicas > high):
@@ -64,8 +76,24 @@ def scale_patch(kind: JobKind, job: Mapping[str, Any], replicas: int) -> dict[st
             f"{_without_elastic_policy(kind)}, or suspend it (SuspendTrainingJobOperator), scale it and resume it "
             "to restart every pod at the new size",
         )
-    return {"spec": {kind.replica_specs_key: {key: {"replicas": replicas}}}}
+    return _nested(path, replicas)
 
 
-def suspend_patch(suspend: bool) -> dict[str, Any]:
-    return {"spec": {"runPolicy": {"suspend": suspend}}}
+def _get_path(job: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = job
+    for part in path:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """``("spec", "runPolicy", "suspend"), True`` -> ``{"spec": {"runPolicy": {"suspend": True}}}``."""
+    patch: Any = value
+    for part in reversed(path):
+        patch = {part: patch}
+    return dict(patch)
+
+
+def suspend_patch(kind: JobKind, suspend: bool) -> dict[str, Any]:
+    """Merge patch setting ``suspend`` where the kind keeps it (``spec.runPolicy``; a TrainJob's ``spec``)."""
+    return _nested(kind.suspend_path, suspend)

@@ -45,7 +45,15 @@ def _require_int(value: Any, field: str, minimum: int) -> int:
 
 
 def replica_counts(kind: JobKind, manifest: Mapping[str, Any]) -> dict[str, int]:
-    """Highest replica count each replica type can reach (elastic jobs can grow to maxReplicas)."""
+    """Highest replica count each replica type can reach (elastic jobs can grow to maxReplicas).
+
+    A kind without replica specs (TrainJob) has its worker pods' count at ``node_count_path`` (unset:
+    the runtime's default, at least 1).
+    """
+    if kind.replica_specs_key is None:
+        nodes = _get(manifest, ".".join(kind.worker_replicas_path()))
+        valid = isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1
+        return {kind.worker_replica: nodes if valid else 1}
     specs = _get(manifest, f"spec.{kind.replica_specs_key}") or {}
     counts = {
         replica_type: replica.get("replicas", 1) if isinstance(replica, Mapping) else 1
@@ -57,16 +65,21 @@ def replica_counts(kind: JobKind, manifest: Mapping[str, Any]) -> dict[str, int]
     return {key: value for key, value in counts.items() if isinstance(value, int)}
 
 
-def max_job_name_length(kind: JobKind, manifest: Mapping[str, Any]) -> int:
-    """Longest job name whose pod and service names (``<name>-<replica>-<index>``) stay DNS labels."""
+def pod_name_room(kind: JobKind, counts: Mapping[str, int]) -> int:
+    """Longest job name whose pod names (the kind's ``pod_name_suffix`` per replica) stay DNS labels."""
     longest_suffix = max(
         (
-            len(f"-{replica_type.lower()}-{max(count - 1, 0)}")
-            for replica_type, count in replica_counts(kind, manifest).items()
+            len(kind.pod_name_suffix.format(replica=replica_type.lower(), index=max(count - 1, 0)))
+            for replica_type, count in counts.items()
         ),
         default=0,
     )
     return MAX_NAME_LENGTH - longest_suffix
+
+
+def max_job_name_length(kind: JobKind, manifest: Mapping[str, Any]) -> int:
+    """Longest job name whose pod and service names (``<name>-<replica>-<index>``) stay DNS labels."""
+    return pod_name_room(kind, replica_counts(kind, manifest))
 
 
 def validate_name(kind: JobKind, manifest: Mapping[str, Any]) -> None:
@@ -218,7 +231,7 @@ def _validate_kind(kind: JobKind, manifest: Mapping[str, Any]) -> None:
     if given != kind.kind:
         problem = f"the manifest is a {given!r} ({api_version}), but this operator submits {kind.kind}s"
         if other := JOB_KINDS.get(str(given)):
-            problem += f"; submit it with TrainingJobOperator(kind={other.kind!r})"
+            problem += f"; submit it with {other.builder_name()}"
         else:
             problem += f"; the provider submits Kubeflow training jobs: {', '.join(JOB_KINDS)}"
         raise InvalidJobSpecError("kind", problem)
@@ -252,6 +265,8 @@ def validate_log_replicas_exist(
 
 def validate_manifest(kind: JobKind, manifest: Mapping[str, Any]) -> None:
     """Raise ``InvalidJobSpecError`` naming the first field the operators would reject."""
+    if kind.replica_specs_key is None:
+        raise InvalidJobSpecError("kind", f"a {kind.kind} has no replica specs: submit it with {kind.builder_name()}")
     _validate_kind(kind, manifest)
     if (namespace := _get(manifest, "metadata.namespace")) is not None:
         validate_namespace(namespace, "metadata.namespace")

@@ -88,18 +88,20 @@ class ScaleTrainingJobOperator(_ManageJobOperator):
 
 
 class SuspendTrainingJobOperator(_ManageJobOperator):
-    """Suspend a job (``spec.runPolicy.suspend: true``): the operator deletes its pods, freeing the GPUs."""
+    """Suspend a job (``spec.runPolicy.suspend: true``; a TrainJob's ``spec.suspend``): the operator deletes
+    its pods, freeing the GPUs."""
 
     suspend = True
 
     def execute(self, context: Context) -> dict[str, Any]:
         self.get_existing_job()
-        job = self.hook.patch_job(self.kind, self.job_name, self.resolved_namespace(), suspend_patch(self.suspend))
+        patch = suspend_patch(get_job_kind(self.kind), self.suspend)
+        job = self.hook.patch_job(self.kind, self.job_name, self.resolved_namespace(), patch)
         self.log.info("%s %s", "Suspended" if self.suspend else "Resumed", self.title())
         return job_result(job, self.kind)
 
 
 class ResumeTrainingJobOperator(SuspendTrainingJobOperator):
-    """Resume a suspended job (``spec.runPolicy.suspend: false``); the operator recreates its pods."""
+    """Resume a suspended job (``suspend: false``, where the kind keeps it); the operator recreates its pods."""
 
     suspend = False

@@ -337,10 +337,24 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             **self.builder_options,
         )
 
+    # The three steps a kind without replica specs (TrainJob) does its own way; the rest is shared.
+
+    def assemble_manifest(self) -> dict[str, Any]:
+        """The job from ``job_manifest`` and the parameters, not yet named or checked."""
+        return build_manifest(self.job_kind, load_manifest(self.job_manifest), self.job_parameters())
+
+    def job_name_room(self, manifest: Mapping[str, Any], namespace: str) -> int:
+        """The longest name a generated job name may have (its pods' names must stay DNS labels)."""
+        return max_job_name_length(self.job_kind, manifest)
+
+    def validate_job_manifest(self, manifest: Mapping[str, Any]) -> None:
+        """Refuse, naming the field, what the cluster would refuse or silently fail to run."""
+        validate_manifest(self.job_kind, manifest)
+
     def build_job_manifest(self, context: Context, default_namespace: str) -> dict[str, Any]:
         """The exact manifest this task instance submits: built, named, labelled and validated."""
         kind = self.job_kind
-        manifest = build_manifest(kind, load_manifest(self.job_manifest), self.job_parameters())
+        manifest = self.assemble_manifest()
         metadata = manifest.get("metadata") or {}
         namespace = self.namespace or metadata.get("namespace") or default_namespace
         validate_namespace(
@@ -351,7 +365,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             name = self.job_name
         else:
             base = metadata.get("name") or metadata.get("generateName") or self.task_id
-            name = generate_job_name(base, max_length=max_job_name_length(kind, manifest))
+            name = generate_job_name(base, max_length=self.job_name_room(manifest, namespace))
         ti = context["ti"]
         labels = task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
         if self.kueue_queue is not None:
@@ -360,7 +374,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         manifest = set_identity(manifest, name, namespace, labels)
         if (queue := queue_name(manifest)) is not None:
             validate_queue_name(queue, "queue" if self.kueue_queue else f"metadata.labels[{QUEUE_NAME_LABEL}]")
-        validate_manifest(kind, manifest)
+        self.validate_job_manifest(manifest)
         if self.wait_for_completion:
             ttl_given = self.builder_options["run_policy"].ttl_seconds_after_finished is not None
             check_ttl_leaves_time_to_wait(

@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEVCLUSTER_DIR = Path(os.environ.get("DEVCLUSTER_DIR", REPO / ".devcluster"))
 ADMIN_KUBECONFIG = DEVCLUSTER_DIR / "kubeconfig"
 ROLE_FILE = REPO / "deploy" / "rbac" / "role.yaml"
+CLUSTER_ROLE_FILE = REPO / "deploy" / "rbac" / "clusterrole.yaml"
 SA_NAMESPACE = "disttrain-it"
 SA_NAME = "airflow-disttrain"
 # Kueue (cluster/controllers.sh): ClusterQueue with the 16 nvidia.com/gpu; the namespace fixture
@@ -62,6 +63,7 @@ def service_account_kubeconfig(admin_api: Any, tmp_path_factory: pytest.TempPath
     core = client.CoreV1Api(admin_api)
     _apply(lambda: core.create_namespace({"metadata": {"name": SA_NAMESPACE}}))
     _apply(lambda: core.create_namespaced_service_account(SA_NAMESPACE, {"metadata": {"name": SA_NAME}}))
+    _bind_cluster_role(admin_api)
     token = core.create_namespaced_service_account_token(
         SA_NAME, SA_NAMESPACE, {"spec": {"expirationSeconds": 6 * 3600}}
     ).status.token
@@ -78,6 +80,23 @@ def service_account_kubeconfig(admin_api: Any, tmp_path_factory: pytest.TempPath
     path = tmp_path_factory.mktemp("sa") / "kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig))
     return path
+
+
+def _bind_cluster_role(admin_api: Any) -> None:
+    """The documented ClusterRole (reading ClusterTrainingRuntimes), bound to the service account."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(admin_api)
+    cluster_role = yaml.safe_load(CLUSTER_ROLE_FILE.read_text())
+    name = cluster_role["metadata"]["name"]
+    _apply(lambda: rbac.create_cluster_role(cluster_role))
+    rbac.replace_cluster_role(name, cluster_role)  # the file may have changed since the last run
+    binding = {
+        "metadata": {"name": f"{name}-{SA_NAME}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}],
+    }
+    _apply(lambda: rbac.create_cluster_role_binding(binding))
 
 
 def _apply(create: Callable[[], Any]) -> None:

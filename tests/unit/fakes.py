@@ -181,6 +181,7 @@ _API_METHODS = (
     "patch_job",
     "delete_job",
     "list_job_pods",
+    "get_training_runtime",
     "read_pod_log",
     "list_warning_events",
 )
@@ -231,6 +232,8 @@ class FakeTrainingJobHook:
         self.logs: dict[str, str] = {}
         self.previous_logs: dict[str, str] = {}  # the log of a restarted container's last run
         self.events: list[dict[str, Any]] = []
+        # TrainJob runtimes by (kind, name, namespace; "" for a cluster-wide ClusterTrainingRuntime).
+        self.runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.workloads: list[dict[str, Any]] = []  # Kueue Workloads, found by their job-uid label
         self.log = LOG
@@ -372,9 +375,19 @@ class FakeTrainingJobHook:
 
         return TrainingJobHook.delete_and_wait(self, kind, name, namespace, **kwargs)  # type: ignore[arg-type]
 
-    def list_job_pods(self, job_name: str, namespace: str) -> list[dict[str, Any]]:
+    def get_training_runtime(self, runtime_kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """A runtime from ``runtimes``; a ClusterTrainingRuntime is found whatever the namespace."""
+        self._record("get_training_runtime", runtime_kind, name, namespace)
+        scope = namespace if runtime_kind == "TrainingRuntime" else ""
+        runtime = self.runtimes.get((runtime_kind, name, scope))
+        return copy.deepcopy(runtime) if runtime is not None else None
+
+    def list_job_pods(self, job_name: str, namespace: str, *, kind: Any = None) -> list[dict[str, Any]]:
+        """The job's pods that carry the kind's job-name label, as the real hook's label selector picks them."""
         self._record("list_job_pods", job_name, namespace)
-        return copy.deepcopy(self.pods.get(job_name, []))
+        label = get_job_kind(kind).job_name_label if kind is not None else JOB_NAME_LABEL
+        pods = [pod for pod in self.pods.get(job_name, []) if pod["metadata"].get("labels", {}).get(label) == job_name]
+        return copy.deepcopy(pods)
 
     def read_pod_log(
         self,

@@ -12,6 +12,7 @@ EXPECTED = {
     "disttrain_hyperparameter_sweep",
     "disttrain_manifest_first",
     "disttrain_taskflow_decorators",
+    "disttrain_trainjob_finetune",
 }
 
 
@@ -34,3 +35,12 @@ def test_example_operators_validate_their_parameters_at_parse_time():
     assert train.deferrable is True
     assert train.delete_on_finish == "succeeded"
     assert train.builder_options["shm_size"] == "2Gi"
+
+
+def test_the_trainjob_example_runs_on_torch_distributed():
+    from airflow.dag_processing.dagbag import DagBag
+
+    finetune = DagBag(str(EXAMPLES_DIR)).dags["disttrain_trainjob_finetune"].get_task("finetune")
+
+    assert (finetune.kind, finetune.runtime, finetune.num_nodes) == ("TrainJob", "torch-distributed", 2)
+    assert finetune.deferrable is True

@@ -10,8 +10,10 @@ from airflow_provider_disttrain.kinds import (
     JOB_KINDS,
     JOB_ROLE_LABEL,
     REPLICA_TYPE_LABEL,
+    TRAINING_RUNTIME_KINDS,
     JobKind,
     get_job_kind,
+    kind_of,
 )
 
 # What the Kubeflow operators' CRDs and defaulting code say about each kind.
@@ -31,6 +33,8 @@ EXPECTED = {
     "XGBoostJob": ("kubeflow.org/v1", "xgboostjobs", "xgbReplicaSpecs", "xgboost", 9999, "xgboostjob-port", "Master"),
     "PaddleJob": ("kubeflow.org/v1", "paddlejobs", "paddleReplicaSpecs", "paddle", 36543, "master", "Master"),
     "JAXJob": ("kubeflow.org/v1", "jaxjobs", "jaxReplicaSpecs", "jax", 6666, "jaxjob-port", None),
+    # Trainer v2.3: no replica specs; the trainer step's replicated job and container are both "node".
+    "TrainJob": ("trainer.kubeflow.org/v1alpha1", "trainjobs", None, "node", None, None, "node"),
 }
 
 
@@ -58,7 +62,10 @@ def test_every_kind_is_internally_consistent(kind):
     assert kind.worker_replica in kind.replica_types
     assert kind.leader_replica is None or kind.leader_replica in kind.replica_types
     assert kind.builder_leader_replica is None or kind.builder_leader_replica in kind.replica_types
-    assert kind.default_restart_policy in kind.restart_policies
+    if kind.replica_specs_key is not None:  # a TrainJob's restart policy is its runtime's
+        assert kind.default_restart_policy in kind.restart_policies
+    else:
+        assert kind.node_count_path is not None and kind.operator is not None
     assert kind.plural == kind.kind.lower() + "s"
 
 
@@ -81,7 +88,7 @@ def test_mpijob_differs_where_the_mpi_operator_differs():
 
 def test_v1_kinds_use_the_replica_type_label():
     for name, kind in JOB_KINDS.items():
-        if name != "MPIJob":
+        if kind.group == "kubeflow.org" and name != "MPIJob":
             assert kind.replica_type_label == REPLICA_TYPE_LABEL, name
             assert kind.requires_named_container, name
 
@@ -103,6 +110,7 @@ def test_builder_leader_replica(name, expected):
         ("PyTorchJob", ("spec", "pytorchReplicaSpecs", "Worker", "replicas")),
         ("MPIJob", ("spec", "mpiReplicaSpecs", "Worker", "replicas")),
         ("TFJob", ("spec", "tfReplicaSpecs", "Worker", "replicas")),
+        ("TrainJob", ("spec", "trainer", "numNodes")),
     ],
 )
 def test_worker_replicas_path(name, path):
@@ -156,3 +164,43 @@ def test_a_job_kind_defaults_to_master_and_worker():
     assert kind.replica_types == frozenset({"Master", "Worker"})
     assert kind.restart_policies == frozenset({"Always", "OnFailure", "Never", "ExitCode"})
     assert kind.default_restart_policy == "OnFailure"
+
+
+def test_trainjob_differs_where_trainer_v2_differs():
+    """Each value as Trainer v2.3 and JobSet v0.12 define it (pkg/apis/trainer/v1alpha1/trainjob_types.go,
+    JobSet api/jobset/v1alpha2/jobset_types.go)."""
+    train_job = JOB_KINDS["TrainJob"]
+
+    assert train_job.success_condition == "Complete"
+    assert (train_job.replica_statuses_key, train_job.replica_statuses_list_key) == ("jobsStatus", "name")
+    assert train_job.job_name_label == "jobset.sigs.k8s.io/jobset-name"
+    assert train_job.replica_type_label == "jobset.sigs.k8s.io/replicatedjob-name"
+    assert train_job.replica_index_label == "batch.kubernetes.io/job-completion-index"
+    assert train_job.leader_pod_labels == (("jobset.sigs.k8s.io/job-index", "0"),)
+    assert train_job.suspend_path == ("spec", "suspend")
+    assert train_job.scalable_while_suspended is False
+    assert train_job.status_has_times is False
+    assert train_job.builder_name() == "TrainJobOperator"
+
+
+def test_v1_and_mpi_kinds_keep_suspend_in_the_run_policy():
+    for name, kind in JOB_KINDS.items():
+        if name != "TrainJob":
+            assert kind.suspend_path == ("spec", "runPolicy", "suspend"), name
+            assert kind.success_condition == "Succeeded", name
+            assert kind.builder_name() == f"TrainingJobOperator(kind={name!r})"
+
+
+def test_kind_of_reads_the_object_s_own_kind():
+    assert kind_of({"kind": "TrainJob"}) is JOB_KINDS["TrainJob"]
+    assert kind_of({"kind": "MPIJob"}) is JOB_KINDS["MPIJob"]
+    # Without a kind (or an unknown one) the training-operator's status shape applies.
+    assert kind_of({}).success_condition == "Succeeded"
+    assert kind_of({"kind": "Pod"}).replica_statuses_key == "replicaStatuses"
+
+
+def test_training_runtime_kinds():
+    assert TRAINING_RUNTIME_KINDS == {
+        "ClusterTrainingRuntime": ("clustertrainingruntimes", False),
+        "TrainingRuntime": ("trainingruntimes", True),
+    }

@@ -242,7 +242,7 @@ class FakeHook:
     def restart(self, pod: str) -> None:
         self.files.setdefault(pod, [[]]).append([])
 
-    def list_job_pods(self, job_name: str, namespace: str) -> list[dict]:
+    def list_job_pods(self, job_name: str, namespace: str, *, kind: object = None) -> list[dict]:
         self.list_calls.append((job_name, namespace))
         if self.fail_list:
             raise self.fail_list

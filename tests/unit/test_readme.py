@@ -58,3 +58,17 @@ def test_ci_runs_the_readme_test_command():
     ci = (REPO / ".ci" / "run").read_text()
 
     assert "make test" in ci
+
+
+def test_the_documented_cluster_role_is_the_file_the_integration_tests_bind():
+    documented = [
+        yaml.safe_load(block)
+        for block in code_blocks("yaml")
+        if "kind: ClusterRole\n" in block and "clustertrainingruntimes" in block
+    ]
+    bound = yaml.safe_load((REPO / "deploy" / "rbac" / "clusterrole.yaml").read_text())
+
+    assert documented == [bound]
+    assert bound["rules"] == [
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["clustertrainingruntimes"], "verbs": ["get"]}
+    ]

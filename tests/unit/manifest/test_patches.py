@@ -150,4 +150,22 @@ def test_a_job_without_worker_replicas_cannot_be_scaled():
 
 @pytest.mark.parametrize("suspend", [True, False])
 def test_suspend_and_resume_patch_run_policy_suspend(suspend):
-    assert suspend_patch(suspend) == {"spec": {"runPolicy": {"suspend": suspend}}}
+    assert suspend_patch(PYTORCH, suspend) == {"spec": {"runPolicy": {"suspend": suspend}}}
+    assert suspend_patch(MPI, suspend) == {"spec": {"runPolicy": {"suspend": suspend}}}
+
+
+TRAIN_JOB = JOB_KINDS["TrainJob"]
+
+
+@pytest.mark.parametrize("suspend", [True, False])
+def test_a_trainjob_keeps_suspend_in_its_spec(suspend):
+    assert suspend_patch(TRAIN_JOB, suspend) == {"spec": {"suspend": suspend}}
+
+
+def test_a_trainjob_s_node_count_is_its_worker_count_and_cannot_change(load_yaml):
+    job = load_yaml("status/trainjob-suspended.yaml")
+    assert current_workers(TRAIN_JOB, job) == 3
+
+    with pytest.raises(InvalidJobSpecError) as excinfo:
+        scale_patch(TRAIN_JOB, job, 4)
+    assert excinfo.value.field == "spec.trainer.numNodes"

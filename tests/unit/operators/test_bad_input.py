@@ -24,8 +24,10 @@ from airflow_provider_disttrain.operators.manage import (
 )
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
+from tests.unit.conftest import read_yaml
 from tests.unit.fakes import FakeTrainingJobHook, make_context, with_hook
 
 _LEADERS = {
@@ -87,11 +89,30 @@ def container_path(kind: str, replica: str = "Worker") -> str:
 
 
 PT, MPI, TF, XGB, PADDLE, JAX = "PyTorchJob", "MPIJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob"
+TJ = "TrainJob"
+
+
+def train_job(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    """Kubeflow's multi-node example TrainJob, changed."""
+    job = read_yaml("manifests/trainjob.yaml")
+    change(job)
+    return job
+
+
+def hook_with_runtimes() -> FakeTrainingJobHook:
+    hook = FakeTrainingJobHook(namespace="ml")
+    hook.runtimes[("ClusterTrainingRuntime", "torch-distributed", "")] = read_yaml("runtimes/torch-distributed.yaml")
+    return hook
 
 
 def operator(kind: str, **kwargs: Any) -> TrainingJobOperator:
     # Not waiting: an input that is wrongly accepted fails the test at once instead of polling.
     arguments: dict[str, Any] = {"task_id": "train", "wait_for_completion": False}
+    if kind == TJ:
+        if "job_manifest" not in kwargs:
+            arguments.update(runtime="torch-distributed", image="trainer:1", num_nodes=2)
+        arguments.update(kwargs)
+        return TrainJobOperator(**arguments)
     if "job_manifest" not in kwargs:
         arguments.update(image="trainer:1", num_workers=2)
     arguments.update(kwargs)
@@ -327,6 +348,41 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
         "spec.elasticPolicy.minReplicas",
     ),
     ("mpi implementation in lower case", MPI, {"mpi_implementation": "openmpi"}, "mpi_implementation"),
+    # -- TrainJob: its own parameters, and Kubeflow's example manifest changed ----------------------
+    ("no nodes", TJ, {"num_nodes": 0}, "num_nodes"),
+    ("gpus per node negative", TJ, {"gpus_per_node": -1}, "gpus_per_node"),
+    (
+        "node memory in GB",
+        TJ,
+        {"resources_per_node": {"limits": {"memory": "8GB"}}},
+        "resources_per_node.limits.memory",
+    ),
+    ("runtime kind in lower case", TJ, {"runtime_kind": "clustertrainingruntime"}, "runtime_kind"),
+    ("a PyTorchJob parameter on a TrainJob", TJ, {"num_workers": 2}, "num_workers"),
+    ("no runtime", TJ, {"runtime": None}, "spec.runtimeRef"),
+    ("dataset uri without a scheme", TJ, {"dataset_uri": "tatsu-lab/alpaca"}, "spec.initializer.dataset.storageUri"),
+    ("blank image", TJ, {"image": " "}, "spec.trainer.image"),
+    ("env entry without a name", TJ, {"env": [{"value": "1"}]}, "env[0]"),
+    ("trainjob in an invalid namespace", TJ, {"namespace": "ML"}, "namespace"),
+    ("log a worker of a TrainJob", TJ, {"log_replicas": ["worker-0"]}, "log_replicas"),
+    (
+        "manifest with zero nodes",
+        TJ,
+        {"job_manifest": train_job(lambda j: j["spec"]["trainer"].update(numNodes=0))},
+        "spec.trainer.numNodes",
+    ),
+    (
+        "manifest naming a runtime kind that does not exist",
+        TJ,
+        {"job_manifest": train_job(lambda j: j["spec"]["runtimeRef"].update(kind="Runtime"))},
+        "spec.runtimeRef.kind",
+    ),
+    (
+        "manifest with a runtime patch manager that is no domain path",
+        TJ,
+        {"job_manifest": train_job(lambda j: j["spec"].update(runtimePatches=[{"manager": "platform"}]))},
+        "spec.runtimePatches[0].manager",
+    ),
 ]
 
 
@@ -385,6 +441,8 @@ GOOD_INPUTS: list[tuple[str, str, dict[str, Any]]] = [
     ("namespace with digits and dashes", PT, {"namespace": "ml-team-2"}),
     ("log named replicas", PT, {"log_replicas": ["master-0", "worker-1", "worker"]}),
     ("log the mpi launcher and a worker", MPI, {"log_replicas": ["launcher", "worker-1"]}),
+    ("log a TrainJob's second node", TJ, {"log_replicas": ["node-1"]}),
+    ("a TrainJob as Kubeflow's example writes it", TJ, {"job_manifest": read_yaml("manifests/trainjob.yaml")}),
     (
         "a TFJob with a Master",
         TF,
@@ -404,7 +462,7 @@ GOOD_INPUTS: list[tuple[str, str, dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("story", "kind", "arguments"), GOOD_INPUTS, ids=[row[0] for row in GOOD_INPUTS])
 def test_valid_look_alikes_are_submitted(story, kind, arguments):
-    hook = FakeTrainingJobHook(namespace="ml")
+    hook = hook_with_runtimes()
 
     with_hook(operator(kind, **copy.deepcopy(arguments)), hook).execute(make_context())
 

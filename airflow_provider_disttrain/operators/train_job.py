@@ -1,0 +1,158 @@
+"""``TrainJobOperator``: a Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``) on a runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS
+from airflow_provider_disttrain.manifest.loading import load_manifest
+from airflow_provider_disttrain.manifest.pod_validation import validate_resources
+from airflow_provider_disttrain.manifest.train_job import TrainJobParameters, build_train_job
+from airflow_provider_disttrain.manifest.train_job_validation import (
+    check_against_runtime,
+    name_room,
+    validate_runtime_ref,
+    validate_train_job,
+    validate_train_job_spec,
+)
+from airflow_provider_disttrain.operators.training_job import TrainingJobOperator, _positive_int
+
+# TrainingJobOperator parameters that shape replica specs or the v1 run policy, which a TrainJob has
+# not: refused by name rather than silently dropped, with where the same thing goes in a TrainJob.
+_NOT_FOR_TRAIN_JOB = {
+    "num_workers": "use num_nodes",
+    "resources": "use resources_per_node",
+    "gpus_per_replica": "use gpus_per_node",
+    "restart_policy": "the runtime sets it",
+    "clean_pod_policy": "the runtime's JobSet decides",
+    "ttl_seconds_after_finished": "the runtime's JobSet ttlSecondsAfterFinished sets it",
+    "backoff_limit": "the runtime's Job template sets it",
+    "scheduling_queue": "set it in the runtime's podGroupPolicy",
+    "priority_class": "set it in the runtime",
+    "min_available": "set it in the runtime's podGroupPolicy",
+    "node_selector": "put it in job_manifest's spec.runtimePatches",
+    "tolerations": "put them in job_manifest's spec.runtimePatches",
+    "volumes": "put them in job_manifest's spec.runtimePatches",
+    "volume_mounts": "put them in job_manifest's spec.runtimePatches",
+    "service_account_name": "put it in job_manifest's spec.runtimePatches",
+    "image_pull_secrets": "put them in job_manifest's spec.runtimePatches",
+    "shm_size": "put the volume in job_manifest's spec.runtimePatches",
+    "spec_fields": "give job_manifest",
+}
+# Which operator parameter set a TrainJob field, so an error names what the DAG author wrote.
+_PARAMETER_FIELDS = {
+    "runtime": "spec.runtimeRef.name",
+    "dataset_uri": "spec.initializer.dataset",
+    "model_uri": "spec.initializer.model",
+}
+
+
+class TrainJobOperator(TrainingJobOperator):
+    """Run a Kubeflow Trainer v2 TrainJob on a runtime (``torch-distributed``, ``deepspeed-distributed``...).
+
+    The runtime (a ``ClusterTrainingRuntime``, or a ``TrainingRuntime`` in the job's namespace) holds
+    the pods' template; the TrainJob overrides its trainer step: image, command, env, node count and
+    resources. Trainer runs it as a JobSet of the same name; node 0 of the trainer step is the leader
+    whose log goes to the task log. Describe the job with ``job_manifest`` (as Kubeflow's examples
+    write TrainJobs), with the parameters below, or both (parameters win). The runtime must exist: it
+    is looked up (one GET) before the TrainJob is submitted.
+
+    The shared parameters of ``TrainingJobOperator`` apply (naming, ``namespace``, connection,
+    ``image``, ``command``, ``args``, ``env``, ``labels``, ``annotations``, ``if_exists``, ``deferrable``,
+    timeouts, ``delete_on_*``, ``log_replicas``, ``dry_run``, and Kueue's ``queue``); ``labels`` and
+    ``annotations`` go on the TrainJob and, through a runtime patch the provider owns, on the trainer's
+    pods. ``active_deadline_seconds`` is the TrainJob's ``spec.activeDeadlineSeconds``. In addition:
+
+    :param runtime: the runtime's name (``spec.runtimeRef.name``), e.g. ``torch-distributed``.
+    :param runtime_kind: ``ClusterTrainingRuntime`` (default) or ``TrainingRuntime``.
+    :param num_nodes: training nodes (``spec.trainer.numNodes``), each one pod of the trainer step.
+    :param resources_per_node: container resources of each node (``spec.trainer.resourcesPerNode``).
+    :param gpus_per_node: shortcut for ``limits: {nvidia.com/gpu: N}`` in ``resources_per_node``.
+    :param dataset_uri: the dataset initializer's ``storageUri`` (e.g. ``hf://org/dataset``); the
+        runtime must have a ``dataset-initializer`` step.
+    :param model_uri: the model initializer's ``storageUri``; the runtime needs a ``model-initializer`` step.
+    """
+
+    default_kind = "TrainJob"
+    template_fields: Sequence[str] = (
+        *TrainingJobOperator.template_fields,
+        "runtime",
+        "dataset_uri",
+        "model_uri",
+    )
+
+    def __init__(
+        self,
+        *,
+        runtime: str | None = None,
+        runtime_kind: str | None = None,
+        num_nodes: int | None = None,
+        resources_per_node: Mapping[str, Any] | None = None,
+        gpus_per_node: int | None = None,
+        dataset_uri: str | None = None,
+        model_uri: str | None = None,
+        active_deadline_seconds: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.pop("kind", None)
+        for name, instead in _NOT_FOR_TRAIN_JOB.items():
+            if kwargs.get(name) is not None:
+                raise ValueError(f"{name}: not a TrainJob parameter ({instead})")
+        if runtime_kind is not None and runtime_kind not in TRAINING_RUNTIME_KINDS:
+            raise ValueError(f"runtime_kind: {runtime_kind!r} is not one of {', '.join(TRAINING_RUNTIME_KINDS)}")
+        if resources_per_node is not None:
+            validate_resources(resources_per_node, "resources_per_node")
+        super().__init__(kind="TrainJob", **kwargs)
+        self.runtime = runtime
+        self.runtime_kind = runtime_kind
+        self.num_nodes = _positive_int(num_nodes, "num_nodes")
+        self.gpus_per_node = _positive_int(gpus_per_node, "gpus_per_node", minimum=0)
+        self.active_deadline_seconds = _positive_int(active_deadline_seconds, "active_deadline_seconds")
+        self.resources_per_node = resources_per_node
+        self.dataset_uri = dataset_uri
+        self.model_uri = model_uri
+        self._runtimes: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+
+    def train_job_parameters(self) -> TrainJobParameters:
+        # Kueue's ``queue`` is not here: the base operator labels every kind's job with it when naming it.
+        return TrainJobParameters(
+            runtime=self.runtime,
+            runtime_kind=self.runtime_kind,
+            image=self.image,
+            command=self.command,
+            args=self.args,
+            env=self.env,
+            num_nodes=self.num_nodes,
+            resources_per_node=self.resources_per_node,
+            gpus_per_node=self.gpus_per_node,
+            dataset_uri=self.dataset_uri,
+            model_uri=self.model_uri,
+            active_deadline_seconds=self.active_deadline_seconds,
+            labels=self.labels,
+            annotations=self.annotations,
+        )
+
+    # -- the steps TrainingJobOperator.build_job_manifest leaves to the kind ------------------------
+
+    def assemble_manifest(self) -> dict[str, Any]:
+        return build_train_job(load_manifest(self.job_manifest), self.train_job_parameters())
+
+    def _runtime(self, manifest: Mapping[str, Any], namespace: str) -> dict[str, Any] | None:
+        """The runtime ``spec.runtimeRef`` names, read once per task run (one GET)."""
+        runtime_kind, name = validate_runtime_ref(manifest)
+        key = (runtime_kind, name, namespace)
+        if key not in self._runtimes:
+            self._runtimes[key] = self.hook.get_training_runtime(runtime_kind, name, namespace)
+        return self._runtimes[key]
+
+    def job_name_room(self, manifest: Mapping[str, Any], namespace: str) -> int:
+        validate_train_job_spec(manifest)  # a malformed job is refused before the runtime is read
+        return name_room(manifest, self._runtime(manifest, namespace))
+
+    def validate_job_manifest(self, manifest: Mapping[str, Any]) -> None:
+        validate_train_job(manifest)
+        fields = {
+            field: parameter for parameter, field in _PARAMETER_FIELDS.items() if getattr(self, parameter) is not None
+        }
+        check_against_runtime(manifest, self._runtime(manifest, manifest["metadata"]["namespace"]), fields)
