@@ -29,6 +29,7 @@ EXAMPLES = {
     },
     "disttrain_hyperparameter_sweep": {"trial_args": "success", "pick_best": "success"},
     "disttrain_manifest_first": {"train_from_manifest": "success"},
+    "disttrain_trainjob_finetune": {"finetune": "success", "report": "success"},
 }
 
 
