@@ -204,6 +204,25 @@ def test_a_failed_node_fails_the_task_with_the_reason(
     assert f"[{name}-node-0-1-" in output and "epoch 1 loss=0.5" in output  # every node's log, as asked
 
 
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "sync"])
+def test_an_unschedulable_trainjob_times_out_with_the_scheduler_s_message_and_is_deleted(
+    namespace, run_dag, trainjobs, capfd, deferrable
+):
+    """Its node Job counts as active while the pods are Pending: still not started, so startup_timeout applies."""
+    dag_id = unique_dag_id("tj_nogpu")
+    name = f"tj-nogpu-{dag_id[-6:]}"
+    source = train_dag(dag_id, job_name=name, num_nodes=2, gpus_per_node=100, startup_timeout=8, deferrable=deferrable)
+    result = run_dag(dag_id, source)
+
+    assert result.task_state("train") == "failed"
+    output = "".join(capfd.readouterr())
+    assert "JobTimeoutError" in output
+    assert f"TrainJob {namespace}/{name} did not start within startup_timeout" in output
+    assert "Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu" in output
+    assert "was deleted (delete_on_timeout=True)" in output
+    trainjobs.wait_for(lambda: trainjobs.get(namespace, name) is None, timeout=30, what="TrainJob deletion")
+
+
 SUSPEND_RESUME_DAG = """
 import pendulum
 from airflow.sdk import dag
