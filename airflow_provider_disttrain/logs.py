@@ -181,6 +181,11 @@ class LogForwarder:
         self._restarts: dict[str, int] = {}
         self._read_bytes: dict[str, int] = {}
 
+    def resume_from(self, pod_name: str, cursor: LogCursor) -> None:
+        """Go on after ``cursor`` in ``pod_name``'s log: the lines up to it were written already (the
+        trigger streamed them, see ``live_logs``), so the next read starts there, not at the window."""
+        self._cursors[pod_name] = cursor
+
     def forward(self, pods: Sequence[Mapping[str, Any]] | None = None) -> int:
         """Emit lines not emitted before; returns how many. Never raises: logs are a courtesy."""
         if self.log_replicas == NONE:

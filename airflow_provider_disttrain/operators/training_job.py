@@ -29,6 +29,7 @@ from airflow_provider_disttrain.exceptions import (
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, held_by_kueue, queue_name, validate_queue_name
 from airflow_provider_disttrain.links import TrainingJobLink
+from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import JobParameters, RunPolicy, build_manifest, set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, load_manifest, manifest_template
@@ -166,6 +167,10 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     :param delete_on_kill: delete the job when the task is killed (mark failed, clear) (default True).
     :param log_replicas: whose logs go to the task log: ``leader``, ``all``, ``none`` or a list of
         replicas such as ``["master-0", "worker-1"]``.
+    :param stream_logs: when deferred, the triggerer follows the leader's log into the task log while the
+        job runs (at most ``live_logs.DEFAULT_BYTES_PER_SECOND`` per job; off by default). The sync wait
+        always copies the chosen replicas' new lines on every poll; without this, a deferred task copies
+        them once, when the job has ended.
     :param dry_run: only ask the API server to validate the job (``dryRun=All``); nothing is created.
     """
 
@@ -236,6 +241,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         delete_on_timeout: bool = True,
         delete_on_kill: bool = True,
         log_replicas: str | Sequence[str] = LEADER,
+        stream_logs: bool = False,
         dry_run: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -296,6 +302,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         self.delete_on_kill = delete_on_kill
         validate_log_replicas(log_replicas)
         self.log_replicas = log_replicas
+        self.stream_logs = bool(stream_logs)
         # Not ``self.dry_run``: that name is BaseOperator's method (render templates without running).
         self.server_dry_run = dry_run
         self._job_ref: JobRef | None = None
@@ -636,6 +643,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 queue_deadline=queue_deadline,
                 poll_interval=self.poll_interval,
                 delete_on_kill=self.delete_on_kill,
+                stream_logs=self.stream_logs,
                 **hook.trigger_connection_args(),
             ),
             method_name="execute_complete",
@@ -686,7 +694,10 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         # A success lists the pods once, for the leader's metrics and (deferred) its logs.
         pods = self._final_pods(hook, ref) if status == outcomes.SUCCESS else None
         if not logs_forwarded:
-            LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log).forward(pods)
+            forwarder = LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log)
+            if self.stream_logs:
+                self._resume_after_streamed_lines(hook, ref, forwarder)
+            forwarder.forward(pods)
         job = hook.get_job(ref.kind, ref.name, ref.namespace) if status != outcomes.SUCCESS else None
         if status == outcomes.SUCCESS:
             result = self._with_metrics(outcome["job"], pods)
@@ -722,9 +733,16 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             message += f"\n{ref.title} was deleted: this was the task's last try."
         raise TrainingJobError(message)
 
+    def _resume_after_streamed_lines(self, hook: TrainingJobHook, ref: JobRef, forwarder: LogForwarder) -> None:
+        """Copy only what the trigger did not stream: it left its position on the job (``live_logs``)."""
+        job = hook.get_job(ref.kind, ref.name, ref.namespace)
+        annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
+        if (position := decode_position(annotations.get(LOG_POSITION_ANNOTATION))) is not None:
+            forwarder.resume_from(*position)
+
     def _final_pods(self, hook: TrainingJobHook, ref: JobRef) -> list[dict[str, Any]] | None:
         try:
-            return hook.list_job_pods(ref.name, ref.namespace)
+            return hook.list_job_pods(ref.name, ref.namespace, kind=self.job_kind)
         except Exception as error:  # metrics and logs are a courtesy: the job succeeded
             self.log.warning("Could not list the pods of %s (no metrics in the result): %r", ref.title, error)
             return None

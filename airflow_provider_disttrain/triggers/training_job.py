@@ -23,6 +23,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, held_by_kueue, waiting_message
+from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, check_job, make_outcome, seconds_to_deadline
 from airflow_provider_disttrain.progress import ProgressTracker
@@ -36,6 +37,8 @@ PROVIDER_JOB_LABEL = TASK_INSTANCE_LABEL
 PROVIDER_JOB_SELECTOR = PROVIDER_JOB_LABEL
 _ACCESS_DENIED_GRACE_SECONDS = 30.0
 _KILL_TIMEOUT_SECONDS = 30
+# How long a job's end waits for the leader's streamed log to reach its last line (stream_logs).
+_LOG_DRAIN_SECONDS = 5.0
 
 
 def _labels(job: Mapping[str, Any]) -> Mapping[str, str]:
@@ -76,6 +79,8 @@ class TrainingJobTrigger(BaseTrigger):
     :param watch_timeout: seconds one watch request stays open before it is renewed.
     :param api_failure_tolerance: seconds of continuous API failure before giving up with an error.
     :param delete_on_kill: delete the job when a user kills the deferred task.
+    :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
+    :param stream_logs_bytes_per_second: at most this much of that log is written per second.
     """
 
     def __init__(
@@ -96,6 +101,8 @@ class TrainingJobTrigger(BaseTrigger):
         watch_timeout: int = 300,
         api_failure_tolerance: float = 300.0,
         delete_on_kill: bool = True,
+        stream_logs: bool = False,
+        stream_logs_bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
     ) -> None:
         super().__init__()
         self.kind = kind
@@ -113,7 +120,11 @@ class TrainingJobTrigger(BaseTrigger):
         self.watch_timeout = watch_timeout
         self.api_failure_tolerance = api_failure_tolerance
         self.delete_on_kill = delete_on_kill
+        self.stream_logs = stream_logs
+        self.stream_logs_bytes_per_second = stream_logs_bytes_per_second
         self._seen_running = False
+        self._log_follower: LeaderLogFollower | None = None
+        self._log_task: asyncio.Task[None] | None = None
         self._workload = _WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
@@ -138,6 +149,8 @@ class TrainingJobTrigger(BaseTrigger):
                 "watch_timeout": self.watch_timeout,
                 "api_failure_tolerance": self.api_failure_tolerance,
                 "delete_on_kill": self.delete_on_kill,
+                "stream_logs": self.stream_logs,
+                "stream_logs_bytes_per_second": self.stream_logs_bytes_per_second,
             },
         )
 
@@ -200,6 +213,7 @@ class TrainingJobTrigger(BaseTrigger):
             outcome = make_outcome(self.ref, ERROR, f"watching {self.ref.title} failed: {error!r}")
         finally:
             await self._workload.stop()
+        await self._stop_following_logs()
         yield TriggerEvent(outcome)
 
     async def _wait_until_done(self) -> dict[str, Any]:
@@ -216,6 +230,7 @@ class TrainingJobTrigger(BaseTrigger):
             connection, kind, self.namespace, self.name, label_selector=PROVIDER_JOB_SELECTOR, **options
         ) as subscription:
             outcome = await self._follow(subscription, labelled_only=True)
+            await self._stop_following_logs()  # before the subscription (and its cluster client) ends
         if outcome is not None:
             return outcome
         # Not one of the jobs the provider labels: follow it by name instead.
@@ -223,6 +238,7 @@ class TrainingJobTrigger(BaseTrigger):
             connection, kind, self.namespace, self.name, field_selector=f"metadata.name={self.name}", **options
         ) as subscription:
             outcome = await self._follow(subscription, labelled_only=False)
+            await self._stop_following_logs()
         assert outcome is not None  # only a labelled-only follow hands over
         return outcome
 
@@ -234,6 +250,7 @@ class TrainingJobTrigger(BaseTrigger):
             entry = subscription.entry if subscription.synced else None
             if entry is not None:
                 last_job = entry.job
+                self._follow_logs(entry.job, subscription)
                 await self._observe_queue(entry.job, subscription)
                 self._report_progress(entry.job, self._waiting_reason)
                 if outcome := self._check(entry.job):
@@ -257,6 +274,35 @@ class TrainingJobTrigger(BaseTrigger):
             if outcome := self._check_deadline_unseen(last_job):
                 return outcome
             await subscription.wait(self._next_wake(subscription.problem, last_job))
+
+    def _follow_logs(self, job: Mapping[str, Any], subscription: Subscription) -> None:
+        """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends)."""
+        if not self.stream_logs or self._log_task is not None or job_state(job) is not JobState.RUNNING:
+            return
+        self._log_follower = LeaderLogFollower(
+            subscription.watch.cluster,
+            get_job_kind(self.kind),
+            self.name,
+            self.namespace,
+            self.log,
+            subscription.read,
+            bytes_per_second=self.stream_logs_bytes_per_second,
+        )
+        self._log_task = asyncio.get_running_loop().create_task(self._log_follower.run())
+
+    async def _stop_following_logs(self) -> None:
+        """Let the leader's log stream reach its end (the container stopped) for a moment, then stop it
+        and record where it stopped, so the operator's final copy of the logs goes on from there."""
+        task, follower = self._log_task, self._log_follower
+        self._log_task = self._log_follower = None
+        if task is None or follower is None:
+            return
+        follower.finishing = True
+        done, _ = await asyncio.wait({task}, timeout=_LOG_DRAIN_SECONDS)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task})
+        await follower.stop()
 
     def _report_progress(self, job: Mapping[str, Any], waiting_reason: str | None = None) -> None:
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""

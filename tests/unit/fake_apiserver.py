@@ -9,7 +9,10 @@ It speaks HTTP the way kube-apiserver does for what the shared watch uses, so th
   older than the last compaction gets HTTP 200 and an in-stream ERROR event with code 410, as the
   real server's watch cache answers;
 - GET and DELETE (with a uid precondition) of one object;
-- Bearer tokens: an unknown or revoked token gets a 401 Status.
+- Bearer tokens: an unknown or revoked token gets a 401 Status;
+- a merge PATCH of one object (a MODIFIED event), pods listed by label, and a pod's log: lines
+  ``add_log_lines`` appended (each ``<RFC 3339 time> <text>``), with ``timestamps``, ``sinceSeconds``
+  and ``follow`` (the stream stays open until ``end_log``, as the kubelet's does until the container ends).
 Faults are injected per verb (``fail_next``) or by holding a watch open silently (``hang_watches``).
 """
 
@@ -19,6 +22,7 @@ import asyncio
 import copy
 import json
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from aiohttp import web
@@ -53,7 +57,19 @@ class FakeApiServer:
         self.tokens = {"good-token"}
         self.requests: list[tuple[str, dict[str, str]]] = []  # (verb, query parameters)
         self.paths: list[tuple[str, str]] = []  # (verb, URL path): which resource each request was for
-        self.faults: dict[str, list[tuple[int, str]]] = {"list": [], "watch": [], "get": [], "delete": []}
+        self.faults: dict[str, list[tuple[int, str]]] = {
+            "list": [],
+            "watch": [],
+            "get": [],
+            "delete": [],
+            "patch": [],
+            "pods": [],
+            "log": [],
+        }
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pod_logs: dict[tuple[str, str], list[str]] = {}
+        self.ended_logs: set[tuple[str, str]] = set()
+        self.open_log_streams = 0
         self.hang_watches = False
         self.bookmark_interval: float | None = None
         self.open_watches = 0
@@ -70,6 +86,9 @@ class FakeApiServer:
         app.router.add_get(prefix, self._collection)
         app.router.add_get(prefix + "/{name}", self._get)
         app.router.add_delete(prefix + "/{name}", self._delete)
+        app.router.add_patch(prefix + "/{name}", self._patch)
+        app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._list_pods)
+        app.router.add_get("/api/v1/namespaces/{namespace}/pods/{name}/log", self._pod_log)
         self._runner = web.AppRunner(app, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -117,6 +136,21 @@ class FakeApiServer:
         self.resource_version += 1
         obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.resource_version)}}
         await self._record(plural, "DELETED", obj)
+
+    def add_pod(self, pod: Mapping[str, Any]) -> None:
+        self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = copy.deepcopy(dict(pod))
+
+    async def add_log_lines(self, namespace: str, pod: str, *lines: str) -> None:
+        """Append ``"<RFC 3339 time> <text>"`` lines to the pod's log; followers get them at once."""
+        self.pod_logs.setdefault((namespace, pod), []).extend(lines)
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def end_log(self, namespace: str, pod: str) -> None:
+        """The container stopped: following streams of its log end after their last line."""
+        self.ended_logs.add((namespace, pod))
+        async with self._changed:
+            self._changed.notify_all()
 
     async def drop_watches(self) -> None:
         """Cut every open watch connection, as a restarting API server does."""
@@ -214,6 +248,67 @@ class FakeApiServer:
         if obj is None:
             return _status(404, "NotFound", f"{info['plural']} {info['name']!r} not found")
         return web.json_response(obj)
+
+    async def _patch(self, request: web.Request) -> web.Response:
+        if refusal := self._refusal(request, "patch"):
+            return refusal
+        info = request.match_info
+        obj = self.objects.get((info["namespace"], info["plural"], info["name"]))
+        if obj is None:
+            return _status(404, "NotFound", f"{info['plural']} {info['name']!r} not found")
+        if request.headers.get("Content-Type") != "application/merge-patch+json":
+            media = request.headers.get("Content-Type")
+            return _status(415, "UnsupportedMediaType", f"only merge patches here, not {media}")
+
+        def merged(base: Any, patch: Any) -> Any:
+            if not isinstance(base, dict) or not isinstance(patch, dict):
+                return copy.deepcopy(patch)
+            result = dict(base)
+            for key, value in patch.items():
+                if value is None:
+                    result.pop(key, None)
+                else:
+                    result[key] = merged(base.get(key), value)
+            return result
+
+        return web.json_response(await self.put(merged(obj, await request.json()), info["plural"]))
+
+    async def _list_pods(self, request: web.Request) -> web.Response:
+        if refusal := self._refusal(request, "pods"):
+            return refusal
+        namespace, labels = request.match_info["namespace"], request.query.get("labelSelector", "")
+        items = [pod for (ns, _), pod in sorted(self.pods.items()) if ns == namespace and _matches(pod, labels, "")]
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+
+    async def _pod_log(self, request: web.Request) -> web.StreamResponse:
+        if refusal := self._refusal(request, "log"):
+            return refusal
+        key = (request.match_info["namespace"], request.match_info["name"])
+        if key not in self.pods:
+            return _status(404, "NotFound", f"pods {key[1]!r} not found")
+        query = request.query
+        # Booleans as Go's strconv.ParseBool reads them (the Python clients send "True").
+        follow, timestamps = (query.get(flag) in ("true", "True", "1") for flag in ("follow", "timestamps"))
+        since = query.get("sinceSeconds")
+        oldest = datetime.now(timezone.utc).timestamp() - int(since) if since else None
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        self.open_log_streams += 1
+        try:
+            sent = 0
+            while True:
+                lines = self.pod_logs.get(key, [])
+                for line in lines[sent:]:
+                    stamp, _, text = line.partition(" ")
+                    if oldest is None or datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() >= oldest:
+                        await response.write(((line if timestamps else text) + "\n").encode())
+                sent = len(lines)
+                if not follow or key in self.ended_logs:
+                    return response
+                async with self._changed:
+                    await self._changed.wait()
+        finally:
+            self.open_log_streams -= 1
 
     async def _delete(self, request: web.Request) -> web.Response:
         if refusal := self._refusal(request, "delete"):

@@ -1,0 +1,236 @@
+"""Following the leader's log from the trigger while a deferred job runs (opt-in: ``stream_logs=True``).
+
+One streamed request per following trigger: ``GET pods/{leader}/log?follow=true&timestamps=true``
+through the triggerer's shared client of the cluster (``hooks.cluster_client``), so no connection or
+SSL context is built per job. Lines go to the trigger's log, which Airflow 3 shows in the task's log.
+
+Bounded: at most ``bytes_per_second`` of log text is written per job (a one-second burst); what is
+over is dropped, and one note per second of dropping says how many lines and bytes were left out.
+
+Resumed after a triggerer restart, not re-read: a trigger's kwargs are fixed when the task defers,
+so the position cannot travel in them. It is kept on the job itself, in the annotation
+``LOG_POSITION_ANNOTATION`` (the pod, and the last written line's timestamp and how many lines share
+it - ``logs.LogCursor``), merge-patched at most every ``SAVE_EVERY_SECONDS`` and once more when the
+trigger stops. The job is the one object every triggerer can read and that lives exactly as long as
+the log matters; the metadata database is not reachable from a trigger, and the task state store is
+not either. A new trigger reads the annotation (one GET of the job), asks the kubelet for the lines
+since just before that time (``sinceSeconds``: the generated client has no ``sinceTime``) and skips
+those already written (``logs.new_lines``). At most ``SAVE_EVERY_SECONDS`` of lines may be written
+twice after a crash; none are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.logs import LogCursor, leader_pods, new_lines
+
+LOG_POSITION_ANNOTATION = "disttrain.airflow.apache.org/log-position"
+SAVE_EVERY_SECONDS = 30.0
+DEFAULT_BYTES_PER_SECOND = 16_384
+_RETRY_SECONDS = (2.0, 5.0, 15.0, 30.0)
+_NANOSECONDS = 1_000_000_000
+# The generated client would send a dict as a JSON patch (its first content type); this is a merge patch.
+_MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+
+
+def encode_position(pod: str, cursor: LogCursor) -> str:
+    return f"{pod}/{cursor.at}/{cursor.count}"
+
+
+def decode_position(value: object) -> tuple[str, LogCursor] | None:
+    """``(pod, cursor)`` from the annotation; None for a missing or unreadable one (read from the start)."""
+    pod, _, rest = str(value or "").partition("/")
+    at, _, count = rest.partition("/")
+    if not (pod and at.isdigit() and count.isdigit()):
+        return None
+    return pod, LogCursor(int(at), int(count))
+
+
+class ByteBudget:
+    """A token bucket of bytes: ``rate`` per second, at most one second's worth saved up."""
+
+    def __init__(self, rate: int) -> None:
+        if rate <= 0:
+            raise ValueError(f"stream_logs_bytes_per_second: expected a positive number, got {rate!r}")
+        self.rate = float(rate)
+        self._tokens = self.rate
+        self._at: float | None = None
+
+    def take(self, size: int, now: float) -> bool:
+        if self._at is not None:
+            self._tokens = min(self.rate, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if size > self._tokens:
+            return False
+        self._tokens -= size
+        return True
+
+
+class LeaderLogFollower:
+    """Writes the leader pod's new log lines to ``log`` while it runs; cancel ``run()`` to stop.
+
+    :param cluster: the triggerer's ``ClusterClient`` of the job's cluster.
+    :param read_job: reads the job (with its annotations), e.g. ``Subscription.read``.
+    """
+
+    def __init__(
+        self,
+        cluster: Any,
+        kind: JobKind,
+        name: str,
+        namespace: str,
+        log: Any,
+        read_job: Callable[[], Awaitable[Mapping[str, Any] | None]],
+        *,
+        bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cluster = cluster
+        self.kind = kind
+        self.name = name
+        self.namespace = namespace
+        self.log = log
+        self.read_job = read_job
+        self.budget = ByteBudget(bytes_per_second)
+        self.clock = clock
+        self.pod: str | None = None
+        self.cursor: LogCursor | None = None
+        self.lines_written = 0
+        self._saved: str | None = None
+        self._saved_at = 0.0
+        self._dropped_lines = 0
+        self._dropped_bytes = 0
+        self._dropped_since: float | None = None
+        self._problems: set[str] = set()
+        self.finishing = False
+        """Set when the job ended: ``run`` returns once the current stream has been read to its end."""
+
+    async def run(self) -> None:
+        job = await self.read_job()
+        annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
+        if (position := decode_position(annotations.get(LOG_POSITION_ANNOTATION))) is not None:
+            self.pod, self.cursor = position
+            self._saved = encode_position(*position)
+            self.log.info("Following the log of %s from where an earlier trigger stopped", self.pod)
+        attempt = 0
+        while True:
+            try:
+                if await self._follow_once():
+                    attempt = 0  # the stream ended (the container stopped); look again shortly
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self._note_once(type(error).__name__, f"Could not follow the leader's log ({error!r}); retrying")
+            if self.finishing:
+                return
+            await asyncio.sleep(_RETRY_SECONDS[min(attempt, len(_RETRY_SECONDS) - 1)])
+            attempt += 1
+
+    async def stop(self) -> None:
+        """Record the final position (the trigger is ending); never raises."""
+        with contextlib.suppress(Exception):
+            await self._save(force=True)
+
+    async def _follow_once(self) -> bool:
+        from kubernetes_asyncio import client
+
+        async with self.cluster.lease() as (api, _):
+            core = client.CoreV1Api(api)
+            # The raw answer: the pods as the API server wrote them, without building models of them.
+            listing: Any = await core.list_namespaced_pod(
+                self.namespace, label_selector=f"{self.kind.job_name_label}={self.name}", _preload_content=False
+            )
+            async with listing:
+                pods = (await listing.json()).get("items") or []
+            leaders = [
+                pod for pod in leader_pods(self.kind, pods) if (pod.get("status") or {}).get("phase") != "Pending"
+            ]
+            if not leaders:
+                return False
+            pod = leaders[-1]
+            pod_name = pod["metadata"]["name"]
+            if pod_name != self.pod:  # another leader pod (an MPI launcher retried): its log from the start
+                self.pod, self.cursor = pod_name, None
+            names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+            container = self.kind.container_name if self.kind.container_name in names else names[0]
+            options: dict[str, Any] = {"container": container, "follow": True, "timestamps": True}
+            if self.cursor is not None:
+                # A second early (whole seconds), so no line at the cursor's time is missed; new_lines skips.
+                options["since_seconds"] = max(1, math.ceil(self.clock() - self.cursor.at / _NANOSECONDS) + 1)
+            response: Any = await core.read_namespaced_pod_log(
+                pod_name, self.namespace, _preload_content=False, _request_timeout=None, **options
+            )
+            try:
+                async for raw in response.content:
+                    self._write(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                    await self._save()
+            finally:
+                response.release()
+            self._flush_drops(force=True)
+            await self._save(force=True)
+            return True
+
+    def _write(self, line: str) -> None:
+        texts, cursor = new_lines(self.cursor, [line])
+        self.cursor = cursor or self.cursor
+        now = self.clock()
+        for text in texts:
+            size = len(text.encode())
+            if self.budget.take(size, now):
+                self._flush_drops()
+                self.log.info("[%s] %s", self.pod, text)
+                self.lines_written += 1
+            else:
+                self._dropped_lines += 1
+                self._dropped_bytes += size
+                self._dropped_since = self._dropped_since or now
+        self._flush_drops()
+
+    def _flush_drops(self, force: bool = False) -> None:
+        """One note per second of dropping (or at the end of a stream) with what was left out."""
+        if not self._dropped_lines or self._dropped_since is None:
+            return
+        if not force and self.clock() - self._dropped_since < 1.0:
+            return
+        self.log.warning(
+            "[%s] %d log lines (%d bytes) left out: over stream_logs' %d bytes per second",
+            self.pod,
+            self._dropped_lines,
+            self._dropped_bytes,
+            int(self.budget.rate),
+        )
+        self._dropped_lines = self._dropped_bytes = 0
+        self._dropped_since = None
+
+    async def _save(self, force: bool = False) -> None:
+        if self.pod is None or self.cursor is None:
+            return
+        value = encode_position(self.pod, self.cursor)
+        now = self.clock()
+        if value == self._saved or (not force and now - self._saved_at < SAVE_EVERY_SECONDS):
+            return
+        from kubernetes_asyncio import client
+
+        async with self.cluster.lease() as (api, _):
+            await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+                self.kind.group,
+                self.kind.version,
+                self.namespace,
+                self.kind.plural,
+                self.name,
+                {"metadata": {"annotations": {LOG_POSITION_ANNOTATION: value}}},
+                **_MERGE_PATCH,
+            )
+        self._saved, self._saved_at = value, now
+
+    def _note_once(self, key: str, message: str) -> None:
+        if key not in self._problems:
+            self._problems.add(key)
+            self.log.warning("%s %s/%s: %s", self.kind.kind, self.namespace, self.name, message)

@@ -1,0 +1,152 @@
+"""``stream_logs``: the trigger follows the leader's log into its own log while the job runs.
+
+The trigger runs for real against the fake API server, whose pods' logs are streamed with
+``follow=true`` the way the kubelet streams them (open until the container ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, MutableMapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import structlog
+
+from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, ByteBudget, decode_position, encode_position
+from airflow_provider_disttrain.logs import LogCursor
+from tests.unit.fakes import make_pod, running_status, succeeded_status
+from tests.unit.triggers.test_training_job import job, make_trigger, started
+
+NAMESPACE = "ml"
+MASTER = "train-abc-master-0"
+
+
+@pytest.fixture
+def logged() -> Iterator[list[MutableMapping[str, Any]]]:
+    with structlog.testing.capture_logs() as events:
+        yield events
+
+
+def said(events: list[MutableMapping[str, Any]], prefix: str = f"[{MASTER}] ") -> list[str]:
+    lines = [str(e["event"]) % tuple(e.get("positional_args", ())) for e in events]
+    return [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
+
+
+def stamped(*texts: str, start: datetime | None = None) -> list[str]:
+    begin = start or datetime.now(timezone.utc) - timedelta(seconds=5)
+    return [
+        f"{(begin + timedelta(milliseconds=i)).isoformat().replace('+00:00', 'Z')} {t}" for i, t in enumerate(texts)
+    ]
+
+
+async def until(check: Any, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out: {check.__code__.co_consts}"
+        await asyncio.sleep(0.02)
+
+
+def add_pods(apiserver: Any) -> None:
+    apiserver.add_pod(make_pod("train-abc", "master", 0, namespace=NAMESPACE))
+    apiserver.add_pod(make_pod("train-abc", "worker", 0, namespace=NAMESPACE))
+
+
+async def test_the_leaders_lines_are_written_while_the_job_runs_and_the_position_is_kept(
+    apiserver: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    add_pods(apiserver)
+    await apiserver.add_log_lines(NAMESPACE, "train-abc-worker-0", *stamped("a worker's line"))
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("epoch 1 loss=0.5"))
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, stream_logs=True), apiserver)
+
+    await until(lambda: said(logged) == ["epoch 1 loss=0.5"])  # while the job runs
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("epoch 2 loss=0.25", "training finished"))
+    await until(lambda: len(said(logged)) == 3)
+    await apiserver.end_log(NAMESPACE, MASTER)
+    await apiserver.put(job(succeeded_status()))
+    event = await task
+
+    assert event["status"] == "success"
+    assert said(logged) == ["epoch 1 loss=0.5", "epoch 2 loss=0.25", "training finished"]
+    assert said(logged, "[train-abc-worker-0] ") == []
+    # One stream, and the position where it ended is on the job for whoever reads on.
+    assert [q["follow"] for q in apiserver.queries("log")] == ["True"]
+    annotation = apiserver.objects[(NAMESPACE, "pytorchjobs", "train-abc")]["metadata"]["annotations"]
+    pod, cursor = decode_position(annotation[LOG_POSITION_ANNOTATION])
+    assert (pod, cursor.count) == (MASTER, 1)
+    assert apiserver.open_log_streams == 0
+
+
+async def test_a_new_trigger_goes_on_from_the_saved_position_instead_of_the_start(
+    apiserver: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    """What a triggerer restart looks like: the earlier trigger saved its position, a new one starts."""
+    add_pods(apiserver)
+    lines = stamped("line 1", "line 2", "line 3")
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *lines)
+    earlier = stamped("line 1", "line 2", start=datetime.fromisoformat(lines[0].split(" ")[0].replace("Z", "+00:00")))
+    last_written = datetime.fromisoformat(earlier[-1].split(" ")[0].replace("Z", "+00:00"))
+    position = encode_position(MASTER, LogCursor(int(last_written.timestamp() * 1_000_000) * 1000, 1))
+    running = job(running_status())
+    running["metadata"]["annotations"] = {LOG_POSITION_ANNOTATION: position}
+    await apiserver.put(running)
+    task = await started(make_trigger(apiserver, stream_logs=True), apiserver)
+
+    await until(lambda: said(logged) == ["line 3"])
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("line 4", start=datetime.now(timezone.utc)))
+    await until(lambda: said(logged) == ["line 3", "line 4"])
+    await apiserver.end_log(NAMESPACE, MASTER)
+    await apiserver.put({**running, "status": succeeded_status()})
+    assert (await task)["status"] == "success"
+
+    assert said(logged) == ["line 3", "line 4"]
+    assert int(apiserver.queries("log")[0]["sinceSeconds"]) >= 1  # asked only for the recent lines
+
+
+async def test_over_the_byte_budget_lines_are_dropped_with_a_note(
+    apiserver: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    add_pods(apiserver)
+    burst = [f"step {i} " + "x" * 90 for i in range(50)]  # 5 KB at once
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped(*burst))
+    await apiserver.end_log(NAMESPACE, MASTER)
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, stream_logs=True, stream_logs_bytes_per_second=1000), apiserver)
+    await until(lambda: any("left out" in line for line in said(logged, "")))
+    await apiserver.put(job(succeeded_status()))
+    assert (await task)["status"] == "success"
+
+    written = [line for line in said(logged) if "left out" not in line]
+    # About one second's budget (1000 bytes, ~98 bytes a line), more if the stream took longer.
+    assert 5 <= len(written) < 50
+    assert [line for line in burst if line in written] == written  # in order, none twice
+    notes = [line for line in said(logged, "") if "left out" in line]
+    dropped = [int(note.split("] ", 1)[1].split(" ", 1)[0]) for note in notes]
+    assert sum(dropped) + len(written) == 50, notes
+    assert all(note.endswith("over stream_logs' 1000 bytes per second") for note in notes)
+
+
+async def test_off_by_default_no_pod_or_log_request(apiserver: Any, logged: list[MutableMapping[str, Any]]) -> None:
+    add_pods(apiserver)
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("epoch 1"))
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver), apiserver)
+    await asyncio.sleep(0.2)
+    await apiserver.put(job(succeeded_status()))
+    assert (await task)["status"] == "success"
+
+    assert (apiserver.count("pods"), apiserver.count("log"), apiserver.count("patch")) == (0, 0, 0)
+    assert said(logged) == []
+
+
+def test_position_and_budget_helpers() -> None:
+    assert decode_position(encode_position("p-0", LogCursor(12, 3))) == ("p-0", LogCursor(12, 3))
+    assert decode_position("garbage") is None and decode_position(None) is None
+    budget = ByteBudget(100)
+    assert budget.take(100, now=0.0) and not budget.take(1, now=0.0)
+    assert budget.take(50, now=0.5) and not budget.take(1, now=0.5)
+    with pytest.raises(ValueError, match="stream_logs_bytes_per_second"):
+        ByteBudget(0)
