@@ -224,6 +224,10 @@ def describe_state(job: Mapping[str, Any]) -> str:
     if held_by_kueue(job):
         # Suspended by Kueue until its quota admits it: waiting in a queue, not stuck.
         state = describe_hold(job)
+    if not newest and kind_of(job).running_counters and (counts := replica_counts(job)):
+        # A TrainJob has no condition while it runs: its replicated jobs' counters say what there is.
+        jobs = ", ".join(f"{name}: {c['ready']} ready, {c['active']} active" for name, c in sorted(counts.items()))
+        return f"{state} ({jobs})"
     if not newest:
         return f"{state} (no conditions yet)"
     detail = ": ".join(part for part in (newest.get("reason"), newest.get("message")) if part)

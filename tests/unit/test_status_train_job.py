@@ -144,3 +144,16 @@ def test_a_malformed_jobs_status_reads_as_no_counts(load_yaml):
     job["status"]["jobsStatus"] = {"node": {"ready": 1}}  # a map, not the CRD's list
     assert job_result(job, "TrainJob")["replica_statuses"] == {}
     assert job_state(job) is JobState.QUEUED
+
+
+@pytest.mark.parametrize(
+    ("fixture", "line"),
+    [
+        ("status/trainjob-running.yaml", "running (node: 1 ready, 1 active)"),
+        ("status/trainjob-pending.yaml", "queued (node: 0 ready, 1 active)"),
+        ("manifests/trainjob.yaml", "queued (no conditions yet)"),
+        ("status/trainjob-suspended.yaml", "suspended (Suspended - Suspended: TrainJob is suspended)"),
+    ],
+)
+def test_the_log_line_says_what_the_replicated_jobs_do_while_no_condition_does(load_yaml, fixture, line):
+    assert describe_state(load_yaml(fixture)) == line
