@@ -109,8 +109,6 @@ class LeaderLogFollower:
         self._dropped_bytes = 0
         self._dropped_since: float | None = None
         self._problems: set[str] = set()
-        self.finishing = False
-        """Set when the job ended: ``run`` returns once the current stream has been read to its end."""
 
     async def run(self) -> None:
         job = await self.read_job()
@@ -128,8 +126,6 @@ class LeaderLogFollower:
                 raise
             except Exception as error:
                 self._note_once(type(error).__name__, f"Could not follow the leader's log ({error!r}); retrying")
-            if self.finishing:
-                return
             await asyncio.sleep(_RETRY_SECONDS[min(attempt, len(_RETRY_SECONDS) - 1)])
             attempt += 1
 
@@ -139,6 +135,7 @@ class LeaderLogFollower:
             await self._save(force=True)
 
     async def _follow_once(self) -> bool:
+        import aiohttp
         from kubernetes_asyncio import client
 
         async with self.cluster.lease() as (api, _):
@@ -164,8 +161,11 @@ class LeaderLogFollower:
             if self.cursor is not None:
                 # A second early (whole seconds), so no line at the cursor's time is missed; new_lines skips.
                 options["since_seconds"] = max(1, math.ceil(self.clock() - self.cursor.at / _NANOSECONDS) + 1)
+            # A followed log stays open while the container runs, and a training may print nothing for
+            # long: no total or read timeout (the cncf client would put 60 s on a request given none).
+            stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
             response: Any = await core.read_namespaced_pod_log(
-                pod_name, self.namespace, _preload_content=False, _request_timeout=None, **options
+                pod_name, self.namespace, _preload_content=False, _request_timeout=stream_timeout, **options
             )
             try:
                 async for raw in response.content:

@@ -213,7 +213,9 @@ def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Pat
                 "kind": "PyTorchJob",
                 "namespace": namespace,
                 "poll_interval": POLL_INTERVAL,
+                "stream_logs": args.stream_logs,
             },
+            "progress": not args.no_progress,
             "conn_id": CONN_ID,
             "namespace": namespace,
             "group": "kubeflow.org",
@@ -236,6 +238,14 @@ def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Pat
         report = child.expect("report", timeout=120)
         if report["crashed"]:
             print(f"[{mode}] waits that raised: {report['crashed']}")
+        if mode == "provider":
+            progress, streamed = report.get("progress_lines", 0), report.get("streamed_lines", 0)
+            print(
+                f"[{mode}] log lines: {progress} progress ({progress / n:.2f} per job, progress "
+                f"{'off' if args.no_progress else 'on'}), {streamed} streamed ({streamed / n:.2f} per job, "
+                f"stream_logs {'on' if args.stream_logs else 'off'})",
+                flush=True,
+            )
         events = dict(child.events)
         restarted = apiserver_started != cluster.apiserver_started()
         return _result(
@@ -392,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-timeout", type=float, default=600, help="for the operator to create the pods")
     parser.add_argument("--git-ref", help="measure the provider as committed at this ref (default: working tree)")
     parser.add_argument("--kubeconfig", type=Path, default=REPO / ".devcluster" / "kubeconfig", help="admin")
+    parser.add_argument("--no-progress", action="store_true", help="triggers write no progress lines (for the cost)")
+    parser.add_argument("--stream-logs", action="store_true", help="triggers follow the leader's log (stream_logs)")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.jobs < 1 or not modes or not set(modes) <= {"provider", "anchor"}:

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import pkgutil
+import re
 import sys
 import threading
 import time
@@ -44,6 +45,8 @@ import airflow_provider_disttrain.triggers
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
 TICK_SECONDS = 0.1
+# The trigger's progress lines: "<Kind> <namespace>/<name>: <state> (...)" (progress.py).
+PROGRESS_LINE = re.compile(r"^\w+ [\w.-]+/[\w.-]+: (queued|suspended|running|succeeded|failed) \(")
 
 
 def _import_provider_modules() -> None:
@@ -66,6 +69,8 @@ class Recorder:
         self.requests: list[tuple[float, str, str]] = []
         self.lags: list[float] = []
         self.warnings = 0
+        self.progress_lines = 0  # the triggers' progress lines ("PyTorchJob ns/name: running ...")
+        self.streamed_lines = 0  # leader log lines written by stream_logs ("[pod] text")
 
     def send(self, message: dict[str, Any]) -> None:
         with self.lock:
@@ -92,6 +97,13 @@ class Recorder:
         def count_structlog(logger: Any, method: str, event: Any) -> Any:
             if method in ("warning", "warn", "error", "exception", "critical"):
                 self.warnings += 1
+            elif method == "info" and isinstance(event, dict):
+                # Airflow's bound loggers format the message before the processors see it.
+                args = tuple(event.get("positional_args") or ())
+                text = str(event.get("event", ""))
+                text = text % args if args else text
+                self.streamed_lines += text.startswith("[scale-")  # live_logs: "[<pod>] <line>"
+                self.progress_lines += bool(PROGRESS_LINE.match(text))
             return event
 
         config = structlog.get_config()
@@ -187,6 +199,8 @@ async def run(mode: str, config: dict[str, Any], recorder: Recorder) -> None:
             "requests": recorder.requests,
             "lags": recorder.lags,
             "warnings": recorder.warnings,
+            "progress_lines": recorder.progress_lines,
+            "streamed_lines": recorder.streamed_lines,
             "crashed": crashed[:20],
         }
     )
@@ -203,7 +217,13 @@ def main() -> int:
     line = sys.stdin.readline()
     if not line:
         return 1
-    asyncio.run(run(mode, json.loads(line), recorder))
+    config = json.loads(line)
+    if not config.get("progress", True):
+        # --no-progress: the trigger's tracker says nothing, to measure what progress lines cost by difference.
+        from airflow_provider_disttrain.progress import ProgressTracker
+
+        ProgressTracker.observe = lambda self, job, *, now, waiting_reason=None: None  # type: ignore[method-assign]
+    asyncio.run(run(mode, config, recorder))
     return 0
 
 

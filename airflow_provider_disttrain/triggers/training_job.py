@@ -37,8 +37,6 @@ PROVIDER_JOB_LABEL = TASK_INSTANCE_LABEL
 PROVIDER_JOB_SELECTOR = PROVIDER_JOB_LABEL
 _ACCESS_DENIED_GRACE_SECONDS = 30.0
 _KILL_TIMEOUT_SECONDS = 30
-# How long a job's end waits for the leader's streamed log to reach its last line (stream_logs).
-_LOG_DRAIN_SECONDS = 5.0
 
 
 def _labels(job: Mapping[str, Any]) -> Mapping[str, str]:
@@ -291,17 +289,14 @@ class TrainingJobTrigger(BaseTrigger):
         self._log_task = asyncio.get_running_loop().create_task(self._log_follower.run())
 
     async def _stop_following_logs(self) -> None:
-        """Let the leader's log stream reach its end (the container stopped) for a moment, then stop it
-        and record where it stopped, so the operator's final copy of the logs goes on from there."""
+        """Stop following and record where it stopped: the operator's final copy of the logs goes on
+        from there, so the event is not held back waiting for the stream's last lines."""
         task, follower = self._log_task, self._log_follower
         self._log_task = self._log_follower = None
         if task is None or follower is None:
             return
-        follower.finishing = True
-        done, _ = await asyncio.wait({task}, timeout=_LOG_DRAIN_SECONDS)
-        if not done:
-            task.cancel()
-            await asyncio.wait({task})
+        task.cancel()
+        await asyncio.wait({task})
         await follower.stop()
 
     def _report_progress(self, job: Mapping[str, Any], waiting_reason: str | None = None) -> None:

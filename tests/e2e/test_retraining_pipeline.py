@@ -1,9 +1,11 @@
 """Example 1 (the retraining pipeline) in the real deployment: triggered through the REST API, its
 training task submitted by a LocalExecutor worker, deferred to the triggerer, resumed, and the run
-ends in success."""
+ends in success; the triggerer's progress lines are in the task's log, the leader's metrics in XCom."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from datetime import datetime, timezone
 
@@ -12,6 +14,14 @@ from tests.e2e.conftest import Cluster
 
 DAG_ID = "disttrain_retraining_pipeline"
 TRIGGER_CLASSPATH = "airflow_provider_disttrain.triggers.training_job.TrainingJobTrigger"
+NAMESPACE_PATTERN = r"[a-z0-9-]+"
+METRICS_VARIABLE = "disttrain_simulated_metrics"
+METRICS = {"accuracy": 0.93, "loss": 0.21, "epochs": 3}
+
+
+def set_variable(airflow: AirflowRest, key: str, value: str) -> None:
+    airflow.session.delete(f"{airflow.url}/api/v2/variables/{key}", timeout=30)  # 404 when absent
+    airflow.call("POST", "/variables", json={"key": key, "value": value})
 
 
 def test_retraining_pipeline_runs_to_success_through_the_triggerer(
@@ -20,6 +30,8 @@ def test_retraining_pipeline_runs_to_success_through_the_triggerer(
     airflow = e2e_dags
     wait_until(lambda: airflow.dag_exists(DAG_ID), 120, f"the dag-processor to parse {DAG_ID}")
     airflow.unpause(DAG_ID)
+    # What the simulated Master "writes" to its termination message (the example's kwok annotation).
+    set_variable(airflow, METRICS_VARIABLE, json.dumps(METRICS))
 
     # The example renders {{ ds }}, which only exists for a run with a logical date (as the UI's
     # trigger form fills in); a run triggered with none fails on rendering.
@@ -56,6 +68,7 @@ def test_retraining_pipeline_runs_to_success_through_the_triggerer(
     assert [t["state"] for t in airflow.tries(DAG_ID, run_id, "train")] == ["success"]
     result = airflow.xcom(DAG_ID, run_id, "train")
     assert (result["name"], result["state"]) == (job_name, "succeeded")
+    assert result["metrics"] == METRICS  # the evaluate step promoted on them
     # The example deletes its job once it succeeded (delete_on_finish="succeeded").
     wait_until(lambda: not cluster.jobs(DAG_ID, run_id), 30, f"{job_name} to be deleted after success")
 
@@ -66,3 +79,10 @@ def test_retraining_pipeline_runs_to_success_through_the_triggerer(
     assert f".trigger.{seen_deferred['triggerer_job']['id']}.log" in log
     assert f"(ID {seen_deferred['trigger']['id']}) starting" in log
     assert job_name in log.split("Pausing task as DEFERRED", 1)[1], log
+    # The trigger's progress lines, written by the triggerer while the task was deferred: the first
+    # view of the job, and its end with the replicas' counts.
+    deferred_part = log.split("Pausing task as DEFERRED", 1)[1]
+    progress = re.findall(rf"PyTorchJob {NAMESPACE_PATTERN}/{job_name}: (\w+) \(", deferred_part)
+    assert progress and progress[-1] == "succeeded", deferred_part
+    # The Master's success ends the job; the workers may still be counted active then.
+    assert re.search(rf"{job_name}: succeeded \(.*\) \| replicas Master: 1 succeeded; Worker: 2 ", deferred_part)
