@@ -35,6 +35,7 @@ LOG_POSITION_ANNOTATION = "disttrain.airflow.apache.org/log-position"
 SAVE_EVERY_SECONDS = 30.0
 DEFAULT_BYTES_PER_SECOND = 16_384
 _RETRY_SECONDS = (2.0, 5.0, 15.0, 30.0)
+_FINISHED_PHASES = ("Succeeded", "Failed")
 _NANOSECONDS = 1_000_000_000
 # The generated client would send a dict as a JSON patch (its first content type); this is a merge patch.
 _MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
@@ -119,22 +120,25 @@ class LeaderLogFollower:
             self.log.info("Following the log of %s from where an earlier trigger stopped", self.pod)
         attempt = 0
         while True:
+            written = self.lines_written
             try:
-                if await self._follow_once():
-                    attempt = 0  # the stream ended (the container stopped); look again shortly
+                if await self._follow_once() in _FINISHED_PHASES:
+                    return  # the leader's log is complete; the task's final copy adds any last lines
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 self._note_once(type(error).__name__, f"Could not follow the leader's log ({error!r}); retrying")
+            # A stream that brought nothing new (no leader pod yet, a refused request) is retried less often.
+            attempt = 0 if self.lines_written > written else attempt + 1
             await asyncio.sleep(_RETRY_SECONDS[min(attempt, len(_RETRY_SECONDS) - 1)])
-            attempt += 1
 
     async def stop(self) -> None:
         """Record the final position (the trigger is ending); never raises."""
         with contextlib.suppress(Exception):
             await self._save(force=True)
 
-    async def _follow_once(self) -> bool:
+    async def _follow_once(self) -> str | None:
+        """Stream the leader's log until the stream ends; the leader pod's phase (None: no leader yet)."""
         import aiohttp
         from kubernetes_asyncio import client
 
@@ -150,7 +154,7 @@ class LeaderLogFollower:
                 pod for pod in leader_pods(self.kind, pods) if (pod.get("status") or {}).get("phase") != "Pending"
             ]
             if not leaders:
-                return False
+                return None
             pod = leaders[-1]
             pod_name = pod["metadata"]["name"]
             if pod_name != self.pod:  # another leader pod (an MPI launcher retried): its log from the start
@@ -175,7 +179,7 @@ class LeaderLogFollower:
                 response.release()
             self._flush_drops(force=True)
             await self._save(force=True)
-            return True
+            return str((pod.get("status") or {}).get("phase"))
 
     def _write(self, line: str) -> None:
         texts, cursor = new_lines(self.cursor, [line])
@@ -218,17 +222,22 @@ class LeaderLogFollower:
             return
         from kubernetes_asyncio import client
 
-        async with self.cluster.lease() as (api, _):
-            await client.CustomObjectsApi(api).patch_namespaced_custom_object(
-                self.kind.group,
-                self.kind.version,
-                self.namespace,
-                self.kind.plural,
-                self.name,
-                {"metadata": {"annotations": {LOG_POSITION_ANNOTATION: value}}},
-                **_MERGE_PATCH,
-            )
-        self._saved, self._saved_at = value, now
+        self._saved_at = now  # a refused patch is tried again only after SAVE_EVERY_SECONDS too
+        try:
+            async with self.cluster.lease() as (api, _):
+                await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+                    self.kind.group,
+                    self.kind.version,
+                    self.namespace,
+                    self.kind.plural,
+                    self.name,
+                    {"metadata": {"annotations": {LOG_POSITION_ANNOTATION: value}}},
+                    **_MERGE_PATCH,
+                )
+        except Exception as error:  # never cuts the stream short: a restart would only re-read more
+            self._note_once(f"save {type(error).__name__}", f"Could not record the log position ({error!r})")
+            return
+        self._saved = value
 
     def _note_once(self, key: str, message: str) -> None:
         if key not in self._problems:

@@ -150,3 +150,39 @@ def test_position_and_budget_helpers() -> None:
     assert budget.take(50, now=0.5) and not budget.take(1, now=0.5)
     with pytest.raises(ValueError, match="stream_logs_bytes_per_second"):
         ByteBudget(0)
+
+
+async def test_a_finished_leader_is_not_asked_again_while_the_workers_run(
+    apiserver: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    apiserver.add_pod(make_pod("train-abc", "master", 0, namespace=NAMESPACE, phase="Succeeded"))
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("done"))
+    await apiserver.end_log(NAMESPACE, MASTER)
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, stream_logs=True), apiserver)
+    await until(lambda: said(logged) == ["done"])
+    await asyncio.sleep(2.5)  # past the first retry interval
+
+    assert (apiserver.count("pods"), apiserver.count("log")) == (1, 1)
+    await apiserver.put(job(succeeded_status()))
+    assert (await task)["status"] == "success"
+
+
+async def test_a_refused_position_patch_does_not_stop_the_stream(
+    apiserver: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    add_pods(apiserver)
+    apiserver.fail_next("patch", 403, count=5, reason="Forbidden")
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("epoch 1"))
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, stream_logs=True), apiserver)
+    await until(lambda: said(logged) == ["epoch 1"])
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("epoch 2", start=datetime.now(timezone.utc)))
+    await until(lambda: said(logged) == ["epoch 1", "epoch 2"])
+    await apiserver.end_log(NAMESPACE, MASTER)
+    await apiserver.put(job(succeeded_status()))
+    assert (await task)["status"] == "success"
+
+    assert apiserver.count("log") == 1  # one stream throughout
+    notes = [line for line in said(logged, "") if "Could not record the log position" in line]
+    assert len(notes) == 1, notes
