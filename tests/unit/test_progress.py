@@ -145,3 +145,16 @@ def test_a_thousand_trackers_cost_little():
     assert said == 3000
     assert grown < 2_000_000, grown  # bytes for 1,000 trackers holding their last line
     assert spent < 2.0, spent  # CPU seconds for 3,000 observations (a shared 2-core machine)
+
+
+def test_a_trainjob_is_told_per_replicated_job(load_yaml):
+    """The kinds table reads a TrainJob's jobsStatus[] list (statuses as the local Trainer v2.3 wrote them)."""
+    tracker = ProgressTracker()
+    lines = [
+        tracker.observe(load_yaml(f"status/trainjob-{name}.yaml"), now=i)
+        for i, name in enumerate(("suspended", "running", "complete"))
+    ]
+    assert lines[0] is not None and lines[0].startswith("suspended (Suspended")
+    assert lines[1] is not None and lines[1].startswith("running") and lines[1].endswith("replicas node: 1 active")
+    assert lines[2] is not None and lines[2].startswith("succeeded (Complete")
+    assert lines[2].endswith("replicas node: 1 succeeded")
