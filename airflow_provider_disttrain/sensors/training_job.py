@@ -16,6 +16,8 @@ from airflow_provider_disttrain.outcome import JobRef, check_job
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_disttrain.hooks.kueue import KueueWaitReporter
+
 
 class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
     """Wait until a training job succeeds; fail, with the reason, when it fails or disappears.
@@ -38,13 +40,25 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.deferrable = deferrable
+        self._kueue_reporter: KueueWaitReporter | None = None
 
     def _ref(self) -> JobRef:
         return self.job_ref()
 
+    def _kueue(self) -> KueueWaitReporter:
+        # Kept across pokes of one try (it remembers what it said); imported here, as the hook is.
+        from airflow_provider_disttrain.hooks.kueue import KueueWaitReporter
+
+        if self._kueue_reporter is None:
+            self._kueue_reporter = KueueWaitReporter(self.hook, self.log)
+        return self._kueue_reporter
+
     def poke(self, context: Context) -> PokeReturnValue | bool:
         ref = self._ref()
-        outcome = check_job(ref, self.hook.get_job(ref.kind, ref.name, ref.namespace), now=time.time())
+        job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
+        # A job Kueue holds: say why it waits, in Kueue's words, when that changes.
+        waiting_reason = self._kueue().observe(job)
+        outcome = check_job(ref, job, now=time.time(), waiting_reason=waiting_reason)
         if outcome is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self._result(outcome))

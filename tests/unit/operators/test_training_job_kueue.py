@@ -13,6 +13,7 @@ from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobTimeou
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.status import parse_time
 from tests.unit.fakes import (
@@ -192,3 +193,19 @@ def test_the_trigger_gets_the_queue_deadline_counted_from_the_jobs_creation() ->
     assert trigger.queue_deadline == created.timestamp() + 1800
     assert trigger.startup_deadline == created.timestamp() + 600  # moved by the trigger once admitted
     assert trigger.serialize()[1]["queue_deadline"] == trigger.queue_deadline
+
+
+def test_a_trainjob_gets_the_queue_label_too() -> None:
+    from tests.unit.operators.test_train_job import make_hook
+
+    hook = make_hook("complete")
+    task = with_hook(
+        TrainJobOperator(task_id="train", runtime="torch-distributed", image="trainer:1", num_nodes=2, queue="q-1"),
+        hook,
+    )
+
+    task.execute(make_context())
+
+    manifest = hook.submitted_manifest()
+    assert manifest["kind"] == "TrainJob"
+    assert manifest["metadata"]["labels"][QUEUE_NAME_LABEL] == "q-1"
