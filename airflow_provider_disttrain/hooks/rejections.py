@@ -4,7 +4,11 @@ Jobs are created and patched with ``fieldValidation=Strict``: by default the API
 its schema does not know (a misspelt ``runPolicy.cleanPodPolicyy``) with no more than a warning
 header, and the job runs without what the user wrote. Strict makes it refuse instead, as a 400
 ("strict decoding error: unknown field ...") on create or a 422 on patch; schema violations
-(a type, a pattern) come as a 422 whose ``details.causes`` name the field. Pure: parses the body.
+(a type, a pattern) come as a 422 whose ``details.causes`` name the field. On a cluster with Kueue,
+its mutating webhook decodes every training job before the API server's schema check, so a type error
+comes first as a 400 from the webhook carrying Go's ``encoding/json`` message (``cannot unmarshal
+string into Go struct field RunPolicy.spec.runPolicy.backoffLimit of type int32``), whose path after
+the struct's name is the field. Pure: parses the body.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.hooks.api_errors import api_status
 
 _UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
+# encoding/json's UnmarshalTypeError: "... into Go struct field <Struct>.<json path> of type <type>".
+_WEBHOOK_TYPE_ERROR = re.compile(r"cannot unmarshal (\S+) into Go struct field [^.\s]+\.(\S+) of type (\S+)")
 _REFUSAL_STATUSES = (400, 422)
 
 
@@ -43,6 +49,11 @@ def field_error(error: BaseException, what: str) -> InvalidJobSpecError | None:
             sorted(unknown)[0],
             f"the API server does not know the field{'s' if len(unknown) > 1 else ''} {fields} (misspelt, or at "
             f"the wrong level?) and refused to {what}",
+        )
+    if type_error := _WEBHOOK_TYPE_ERROR.search(message):
+        given, field, expected = type_error.groups()
+        return InvalidJobSpecError(
+            field, f"must be of type {expected}, not {given}; an admission webhook refused to {what}: {message}"
         )
     causes = (body.get("details") or {}).get("causes") or []
     for cause in causes:

@@ -90,3 +90,18 @@ def test_other_errors_are_left_alone(status, body):
 
 def test_errors_without_a_status_are_left_alone():
     assert field_error(ConnectionError("refused"), "create PyTorchJob ml/x") is None
+
+
+def test_a_type_error_from_an_admission_webhook_names_the_field():
+    # Kueue's mutating webhook decodes the job before the API server's schema check runs (v0.17 body).
+    message = (
+        'admission webhook "mpytorchjob.kb.io" denied the request: json: cannot unmarshal string into Go struct '
+        "field RunPolicy.spec.runPolicy.backoffLimit of type int32"
+    )
+    body = {"kind": "Status", "status": "Failure", "message": message, "reason": "BadRequest", "code": 400}
+
+    error = field_error(refusal(400, body), "create PyTorchJob ml/x")
+
+    assert error is not None
+    assert error.field == "spec.runPolicy.backoffLimit"
+    assert error.problem.startswith("must be of type int32, not string; an admission webhook refused to create")
