@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gives the deployment its way into the local cluster, as the provider's users would set it up: a
 # namespace ($DEVAIRFLOW_NAMESPACE) where the service account airflow-disttrain holds exactly the
-# Role of deploy/rbac/role.yaml, the example's `training-data` volume claim there, and
+# Role of deploy/rbac/role.yaml (and the ClusterRole of deploy/rbac/clusterrole.yaml, for the
+# ClusterTrainingRuntimes a TrainJob names), the example's `training-data` volume claim there, and
 # .devairflow/kubeconfig authenticating as that service account (a fresh 48 h token on every run:
 # the cluster's etcd is wiped when it restarts, so everything here is re-created idempotently).
 # The `kubernetes_default` connection (written by up.sh) names this kubeconfig file.
@@ -21,6 +22,17 @@ kind: RoleBinding
 metadata:
   name: $sa
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: airflow-disttrain}
+subjects: [{kind: ServiceAccount, name: $sa, namespace: $ns}]
+EOF
+  printf '\n---\n'
+  cat "$REPO_ROOT/deploy/rbac/clusterrole.yaml"
+  printf '\n---\n'
+  cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: airflow-disttrain-runtimes-$ns-$sa
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: airflow-disttrain-runtimes}
 subjects: [{kind: ServiceAccount, name: $sa, namespace: $ns}]
 EOF
 } | kc -n "$ns" apply -f - >/dev/null || die "could not set up namespace $ns"
