@@ -190,6 +190,10 @@ class TrainingJobTrigger(BaseTrigger):
 
     async def _observe_queue(self, job: dict[str, Any] | None, subscription: Subscription) -> None:
         """Follow the Workload of a job Kueue holds: why it waits goes to the progress lines and timeouts."""
+        if job is None or not held_by_kueue(job):  # the common case, and every job on a cluster without Kueue
+            self._waiting_reason = None
+            await self._workload.stop()
+            return
         options = {"watch_timeout": float(self.watch_timeout), "poll_interval": float(self.poll_interval)}
         connection = self._connection()
         self._waiting_reason = await self._workload.follow(job, connection, subscription, options, self.log)
