@@ -57,7 +57,16 @@ from typing import Any
 
 import psutil
 from trigger_scale_cluster import CLEANUP_ATTEMPTS, Cluster, PodReleaser, ReferenceWatch, connection_json
-from trigger_scale_lib import ModeResult, Request, Sample, account_events, counter_delta, format_table, table_rows
+from trigger_scale_lib import (
+    ModeResult,
+    Request,
+    Sample,
+    account_events,
+    counter_delta,
+    cpu_seconds,
+    format_table,
+    table_rows,
+)
 
 from airflow_provider_disttrain.hooks.api_errors import retry_transient
 from tests.integration.provider_requests import ProviderRequests
@@ -240,10 +249,13 @@ def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Pat
             print(f"[{mode}] waits that raised: {report['crashed']}")
         if mode == "provider":
             progress, streamed = report.get("progress_lines", 0), report.get("streamed_lines", 0)
+            last_event = max((e["t"] for e in child.events.values()), default=time.time())
+            used, span = cpu_seconds(sampler.samples, t_start, last_event)
             print(
                 f"[{mode}] log lines: {progress} progress ({progress / n:.2f} per job, progress "
                 f"{'off' if args.no_progress else 'on'}), {streamed} streamed ({streamed / n:.2f} per job, "
-                f"stream_logs {'on' if args.stream_logs else 'off'})",
+                f"stream_logs {'on' if args.stream_logs else 'off'}); CPU over the whole wait "
+                f"{used:.1f} s in {span:.0f} s ({1000 * used / n:.1f} ms per job)",
                 flush=True,
             )
         events = dict(child.events)
