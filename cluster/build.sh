@@ -44,20 +44,22 @@ for r in m.get("Require") or []:
         touch "$dir/.ready"
       fi ;;
     trainer)
-      # JobSet's controller and Trainer's controller manager from one module:
-      # one dependency set (Trainer requires this JobSet), compiled once.
-      dir="$DISTTRAIN_CACHE/gobuild/trainer-$TRAINER_VERSION-jobset-$JOBSET_VERSION"
+      # JobSet's controller, Trainer's controller manager and Kueue from one
+      # module: one dependency set (Trainer's: it requires this JobSet; Kueue's
+      # older k8s.io/controller-runtime/trainer/jobset requirements are raised
+      # to it, so Kueue uses the same API types as the CRDs installed), and
+      # client-go, apimachinery and controller-runtime are compiled once.
+      dir="$DISTTRAIN_CACHE/gobuild/trainer-$TRAINER_VERSION-jobset-$JOBSET_VERSION-kueue-$KUEUE_VERSION"
       if [ ! -f "$dir/.ready" ]; then
         mkdir -p "$dir"
         cp "$CLUSTER_SRC_DIR/gobuild/trainer/go.mod" "$dir/go.mod"
         (cd "$dir" && go mod edit -require="github.com/kubeflow/trainer/v2@$TRAINER_VERSION" \
-          -require="sigs.k8s.io/jobset@$JOBSET_VERSION")
+          -require="sigs.k8s.io/jobset@$JOBSET_VERSION" -require="sigs.k8s.io/kueue@$KUEUE_VERSION")
         touch "$dir/.ready"
       fi ;;
-    etcd|kwok|training-operator|mpi-operator|kueue)
+    etcd|kwok|training-operator|mpi-operator)
       local mod ver
       case "$group" in
-        kueue) mod=sigs.k8s.io/kueue; ver=$KUEUE_VERSION ;;
         etcd) mod=go.etcd.io/etcd/server/v3; ver=$ETCD_VERSION ;;
         kwok) mod=sigs.k8s.io/kwok; ver=$KWOK_VERSION ;;
         training-operator) mod=github.com/kubeflow/training-operator; ver=$TRAINING_OPERATOR_VERSION ;;
@@ -88,7 +90,7 @@ for r in m.get("Require") or []:
 component_group() {
   case "$1" in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo kubernetes ;;
-    jobset|trainer) echo trainer ;;
+    jobset|trainer|kueue) echo trainer ;;
     *) echo "$1" ;;
   esac
 }

@@ -109,6 +109,23 @@ def _apply(create: Callable[[], Any]) -> None:
             raise
 
 
+def _wait_for_local_queue(admin_api: Any, namespace: str, timeout: float = 30) -> None:
+    """Waits until Kueue reports the LocalQueue Active: a job labelled for it before Kueue has seen it
+    gets a Workload "LocalQueue ... doesn't exist" that is only retried a minute or so later."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(admin_api)
+    deadline = time.monotonic() + timeout
+    while True:
+        queue = custom.get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "localqueues", LOCAL_QUEUE)
+        conditions = (queue.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Active" and c["status"] == "True" for c in conditions):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"Kueue did not make LocalQueue {namespace}/{LOCAL_QUEUE} Active in {timeout}s: {conditions}")
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def namespace(admin_api: Any, service_account_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A fresh namespace where the service account holds exactly the documented Role.
@@ -145,6 +162,7 @@ def namespace(admin_api: Any, service_account_kubeconfig: Path, monkeypatch: pyt
             "spec": {"clusterQueue": CLUSTER_QUEUE},
         },
     )
+    _wait_for_local_queue(admin_api, name)
     connection = {
         "conn_type": "kubernetes",
         "extra": {"kube_config_path": str(service_account_kubeconfig), "namespace": name},

@@ -51,14 +51,19 @@ def api(admin_api: Any) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(admin_api)
 
 
-def pytorchjob(name: str, gpus: int, workers: int, queue: str | None = None) -> dict[str, Any]:
-    """A PyTorchJob with one master and ``workers`` workers of ``gpus`` GPUs each."""
+# The cluster (and Kueue's quota) is shared with other tests: the jobs that must run ask for cpu only,
+# so that other tests' GPU jobs cannot hold them back.
+ONE_CPU = {"requests": {"cpu": "1"}}
+
+
+def pytorchjob(name: str, resources: dict[str, Any], workers: int, queue: str | None = None) -> dict[str, Any]:
+    """A PyTorchJob with one master and ``workers`` workers, each container with ``resources``."""
 
     def replica(replicas: int) -> dict[str, Any]:
         container = {
             "name": "pytorch",
             "image": "docker.io/kubeflow/pytorch-dist-mnist:latest",
-            "resources": {"limits": {"nvidia.com/gpu": gpus}},
+            "resources": resources,
         }
         return {"replicas": replicas, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
 
@@ -98,7 +103,7 @@ def test_trainjob_runs_as_a_jobset_and_completes(api, admin_api, namespace):
                 "numNodes": 2,
                 "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
                 "command": ["torchrun", "train.py"],
-                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}},
+                "resourcesPerNode": {"requests": {"cpu": "2", "memory": "4Gi"}},
             },
         },
     }
@@ -125,11 +130,11 @@ def test_trainjob_runs_as_a_jobset_and_completes(api, admin_api, namespace):
     )
     assert sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1"]
     assert {p.status.phase for p in pods} == {"Succeeded"}
-    assert {p.spec.containers[0].resources.limits["nvidia.com/gpu"] for p in pods} == {"1"}
+    assert {p.spec.containers[0].resources.requests["cpu"] for p in pods} == {"2"}
 
 
 def test_training_operator_webhook_rejects_an_invalid_pytorchjob(api, namespace):
-    body = pytorchjob("two-masters", gpus=1, workers=1)
+    body = pytorchjob("two-masters", ONE_CPU, workers=1)
     body["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
 
     with pytest.raises(ApiException) as raised:
@@ -145,7 +150,7 @@ def test_training_operator_webhook_rejects_an_invalid_pytorchjob(api, namespace)
 
 
 def test_kueue_admits_a_queued_pytorchjob(api, namespace):
-    created = create_pytorchjob(api, namespace, pytorchjob("queued", gpus=1, workers=1, queue=LOCAL_QUEUE))
+    created = create_pytorchjob(api, namespace, pytorchjob("queued", ONE_CPU, workers=1, queue=LOCAL_QUEUE))
 
     # Kueue's webhook suspends it at creation; it runs once its Workload is admitted.
     assert created["spec"]["runPolicy"]["suspend"] is True
@@ -161,7 +166,9 @@ def test_kueue_admits_a_queued_pytorchjob(api, namespace):
 
 def test_kueue_keeps_a_job_over_quota_suspended_with_its_reason(api, admin_api, namespace):
     # 3 x 8 GPUs: more than the ClusterQueue's 16 nvidia.com/gpu.
-    create_pytorchjob(api, namespace, pytorchjob("too-big", gpus=8, workers=2, queue=LOCAL_QUEUE))
+    create_pytorchjob(
+        api, namespace, pytorchjob("too-big", {"limits": {"nvidia.com/gpu": 8}}, workers=2, queue=LOCAL_QUEUE)
+    )
 
     def pending_workload() -> dict[str, Any] | None:
         for w in workloads_of(api, namespace, "too-big"):
@@ -181,7 +188,7 @@ def test_kueue_keeps_a_job_over_quota_suspended_with_its_reason(api, admin_api, 
 
 
 def test_an_unlabelled_job_runs_without_kueue(api, namespace):
-    created = create_pytorchjob(api, namespace, pytorchjob("unqueued", gpus=1, workers=1))
+    created = create_pytorchjob(api, namespace, pytorchjob("unqueued", ONE_CPU, workers=1))
 
     assert not (created["spec"].get("runPolicy") or {}).get("suspend")
     wait_for("the PyTorchJob Succeeded", lambda: is_true(get_pytorchjob(api, namespace, "unqueued"), "Succeeded"))

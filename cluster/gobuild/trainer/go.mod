@@ -1,4 +1,4 @@
-// Wrapper module used only to build the JobSet and Kubeflow Trainer binaries (one module, one dependency set) of the local test
+// Wrapper module used only to build the JobSet, Kubeflow Trainer and Kueue binaries (one module, one dependency set) of the local test
 // cluster. cluster/build.sh copies this file into the build cache and adds the
 // require (and, for kubernetes, replace) directives from cluster/versions.env.
 module disttrain.local/cluster/gobuild/trainer
