@@ -1,9 +1,9 @@
 """The local cluster's controllers behave like a real cluster's (no provider code involved).
 
 JobSet + Kubeflow Trainer run a TrainJob written like Kubeflow's examples; training-operator's
-validating webhook rejects an invalid PyTorchJob; Kueue queues a labelled job, keeps one that
-exceeds the ClusterQueue's quota suspended with the Workload's reason, and leaves an unlabelled job
-alone. See cluster/README.md for what up.sh sets up.
+validating webhook rejects an invalid PyTorchJob; Kueue queues a labelled PyTorchJob and TrainJob,
+keeps a job that exceeds the ClusterQueue's quota suspended with the Workload's reason, and leaves an
+unlabelled job alone. See cluster/README.md for what up.sh sets up.
 """
 
 from __future__ import annotations
@@ -131,6 +131,37 @@ def test_trainjob_runs_as_a_jobset_and_completes(api, admin_api, namespace):
     assert sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1"]
     assert {p.status.phase for p in pods} == {"Succeeded"}
     assert {p.spec.containers[0].resources.requests["cpu"] for p in pods} == {"2"}
+
+
+def test_kueue_admits_a_queued_trainjob_and_its_jobset_is_not_queued_again(api, namespace):
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "queued-train", "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"cpu": "2"}}},
+        },
+    }
+    created = api.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", trainjob)
+
+    assert created["spec"]["suspend"] is True
+    workload = wait_for(
+        "the Workload admitted",
+        lambda: next((w for w in workloads_of(api, namespace, "queued-train") if is_true(w, "Admitted")), None),
+    )
+    assert [ref["kind"] for ref in workload["metadata"]["ownerReferences"]] == ["TrainJob"]
+    assert workload["status"]["admission"]["clusterQueue"] == CLUSTER_QUEUE
+
+    def get_trainjob() -> dict[str, Any]:
+        return api.get_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", "queued-train"
+        )
+
+    wait_for("TrainJob Complete=True", lambda: is_true(get_trainjob(), "Complete"))
+    # The JobSet the TrainJob runs as is owned by a job Kueue manages: no Workload of its own.
+    items = api.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "workloads")["items"]
+    assert [w["metadata"]["name"] for w in items] == [workload["metadata"]["name"]]
 
 
 def test_training_operator_webhook_rejects_an_invalid_pytorchjob(api, namespace):
