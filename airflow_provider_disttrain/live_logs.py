@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import math
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -36,6 +37,22 @@ SAVE_EVERY_SECONDS = 30.0
 DEFAULT_BYTES_PER_SECOND = 16_384
 _RETRY_SECONDS = (2.0, 5.0, 15.0, 30.0)
 _FINISHED_PHASES = ("Succeeded", "Failed")
+MAX_STREAMS_PER_CLUSTER = 64
+"""Followed logs open at once on one cluster's shared client. Each holds one of the client's 100
+pooled connections for as long as it runs; the rest stay free for the shared watch, GETs and the
+position patches (the benchmark saw patches time out when 100 streams held the whole pool). A job
+beyond this waits for a free slot; its lines are then read on from where they start, or copied by the
+task at the end."""
+_stream_slots: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _slots(cluster: Any) -> asyncio.Semaphore:
+    slots = _stream_slots.get(cluster)
+    if slots is None:
+        slots = _stream_slots[cluster] = asyncio.Semaphore(MAX_STREAMS_PER_CLUSTER)
+    return slots
+
+
 _NANOSECONDS = 1_000_000_000
 # The generated client would send a dict as a JSON patch (its first content type); this is a merge patch.
 _MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
@@ -142,7 +159,7 @@ class LeaderLogFollower:
         import aiohttp
         from kubernetes_asyncio import client
 
-        async with self.cluster.lease() as (api, _):
+        async with _slots(self.cluster), self.cluster.lease() as (api, _):
             core = client.CoreV1Api(api)
             # The raw answer: the pods as the API server wrote them, without building models of them.
             listing: Any = await core.list_namespaced_pod(

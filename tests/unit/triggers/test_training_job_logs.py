@@ -186,3 +186,37 @@ async def test_a_refused_position_patch_does_not_stop_the_stream(
     assert apiserver.count("log") == 1  # one stream throughout
     notes = [line for line in said(logged, "") if "Could not record the log position" in line]
     assert len(notes) == 1, notes
+
+
+async def test_streams_on_one_cluster_are_capped_so_the_shared_client_keeps_connections_free(
+    apiserver: Any, logged: list[MutableMapping[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import airflow_provider_disttrain.live_logs as live_logs
+    from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+    from tests.unit.fakes import make_job
+
+    monkeypatch.setattr(live_logs, "MAX_STREAMS_PER_CLUSTER", 1)
+    add_pods(apiserver)
+    apiserver.add_pod(make_pod("train-def", "master", 0, namespace=NAMESPACE))
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("first job"))
+    await apiserver.add_log_lines(NAMESPACE, "train-def-master-0", *stamped("second job"))
+    second = make_job("train-def", NAMESPACE, uid="uid-2", status=running_status(), labels={TASK_INSTANCE_LABEL: "d"})
+    await apiserver.put(job(running_status()))
+    await apiserver.put(second)
+    first_task = await started(make_trigger(apiserver, stream_logs=True), apiserver)
+    second_task = asyncio.create_task(
+        asyncio.wait_for(anext(make_trigger(apiserver, name="train-def", uid="uid-2", stream_logs=True).run()), 10)
+    )
+    await until(lambda: said(logged) == ["first job"])
+    await asyncio.sleep(0.5)
+    assert apiserver.open_log_streams == 1
+    assert said(logged, "[train-def-master-0] ") == []  # waiting for the one slot
+
+    await apiserver.end_log(NAMESPACE, MASTER)  # the first stream ends: the slot goes to the second job
+    await until(lambda: said(logged, "[train-def-master-0] ") == ["second job"])
+    assert apiserver.open_log_streams == 1
+    await apiserver.end_log(NAMESPACE, "train-def-master-0")
+    await apiserver.put(job(succeeded_status()))
+    await apiserver.put({**second, "status": succeeded_status()})
+    assert (await first_task)["status"] == "success"
+    assert (await second_task).payload["status"] == "success"
