@@ -2,7 +2,8 @@
 # Gives the deployment its way into the local cluster, as the provider's users would set it up: a
 # namespace ($DEVAIRFLOW_NAMESPACE) where the service account airflow-disttrain holds exactly the
 # Role of deploy/rbac/role.yaml (and the ClusterRole of deploy/rbac/clusterrole.yaml, for the
-# ClusterTrainingRuntimes a TrainJob names), the example's `training-data` volume claim there, and
+# ClusterTrainingRuntimes a TrainJob names), the Kueue LocalQueue `user-queue` the TrainJob example
+# queues in (admitted by the cluster's ClusterQueue `cluster-queue`), the example's `training-data` volume claim there, and
 # .devairflow/kubeconfig authenticating as that service account (a fresh 48 h token on every run:
 # the cluster's etcd is wiped when it restarts, so everything here is re-created idempotently).
 # The `kubernetes_default` connection (written by up.sh) names this kubeconfig file.
@@ -34,6 +35,12 @@ metadata:
   name: airflow-disttrain-runtimes-$ns-$sa
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: airflow-disttrain-runtimes}
 subjects: [{kind: ServiceAccount, name: $sa, namespace: $ns}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata:
+  name: user-queue
+spec: {clusterQueue: cluster-queue}
 EOF
 } | kc -n "$ns" apply -f - >/dev/null || die "could not set up namespace $ns"
 # The retraining example mounts the `training-data` claim (demo/cluster_setup.py creates it).

@@ -21,9 +21,12 @@ from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 
 IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
 # Kueue: the LocalQueue that admits the job when its ClusterQueue has GPUs to spare (the operator's
-# ``queue`` sets the TrainJob's kueue.x-k8s.io/queue-name label). Left out below: without it the job
-# runs unqueued, as on a cluster without Kueue.
-KUEUE_QUEUE = "default"
+# ``queue`` sets the TrainJob's kueue.x-k8s.io/queue-name label). Until then the TrainJob waits
+# suspended, the task log says why (the Workload's message), and that wait does not count toward
+# ``startup_timeout``; ``queue_timeout`` bounds it. Without ``queue`` the job runs unqueued, as on a
+# cluster without Kueue. Not named ``default``: Kueue puts every unlabelled job of a namespace into a
+# LocalQueue of that name.
+KUEUE_QUEUE = os.environ.get("DISTTRAIN_KUEUE_QUEUE", "user-queue")
 
 
 @dag(
@@ -44,7 +47,8 @@ def trainjob_finetune() -> None:
         num_nodes=2,
         gpus_per_node=1,
         resources_per_node={"requests": {"cpu": "4", "memory": "16Gi"}},
-        # queue=KUEUE_QUEUE,  # <- Kueue: wait in this LocalQueue for GPU quota
+        queue=KUEUE_QUEUE,
+        queue_timeout=timedelta(hours=12),
         deferrable=True,
         startup_timeout=timedelta(minutes=30),
         execution_timeout=timedelta(hours=6),

@@ -51,8 +51,9 @@ SIMULATED_METRICS = '{"accuracy": 0.93, "loss": 0.21, "epochs": 3, "world_size":
 @pytest.mark.parametrize("dag_id", sorted(EXAMPLES))
 def test_example_dag_runs_on_the_local_cluster(namespace, admin_api, example_dags, dag_id, jobs, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
+    from kubernetes.client import CoreV1Api
 
-    from tests.integration.conftest import DagRunResult
+    from tests.integration.conftest import CLUSTER_QUEUE, DagRunResult
 
     monkeypatch.setenv("AIRFLOW_VAR_DISTTRAIN_SIMULATED_METRICS", SIMULATED_METRICS)
     ensure_training_volume(admin_api, namespace)
@@ -71,6 +72,14 @@ def test_example_dag_runs_on_the_local_cluster(namespace, admin_api, example_dag
     if dag_id == "disttrain_retraining_pipeline":
         # The decision rested on the metrics the leader's termination message carried through XCom.
         assert result.xcom("train")["metrics"] == json.loads(SIMULATED_METRICS)
+    if dag_id == "disttrain_trainjob_finetune":
+        # The TrainJob went through Kueue's LocalQueue (its events outlive the job the task deleted).
+        name = result.xcom("finetune")["name"]
+        events = CoreV1Api(admin_api).list_namespaced_event(
+            namespace, field_selector=f"involvedObject.kind=TrainJob,involvedObject.name={name}"
+        )
+        admissions = [event.message for event in events.items if event.reason == "Started"]
+        assert admissions == [f"Admitted by clusterQueue {CLUSTER_QUEUE}"]
 
 
 def test_the_retraining_example_keeps_the_model_when_the_accuracy_is_low(
