@@ -265,6 +265,9 @@ def suspend_while_running_then_resume(
     """A TrainJob suspended after it ran (a user, or a queue's preemption), resumed past the startup limit."""
     try:
         trainjobs.wait_for(lambda: trainjobs.ready_nodes(namespace, name) > 0, 90, "the nodes to run")
+        # A TrainJob's status forgets that it ran once it is suspended: the waiter must have polled
+        # it running (every 1 s; later on a loaded machine) before the suspension.
+        time.sleep(5)
         trainjobs.patch(namespace, name, {"spec": {"suspend": True}})
         trainjobs.wait_for(lambda: trainjobs.conditions(namespace, name).get("Suspended") == "True", 60)
         created = trainjobs.get(namespace, name)["metadata"]["creationTimestamp"]
@@ -291,7 +294,7 @@ def test_a_trainjob_suspended_after_it_ran_outlives_the_startup_timeout(namespac
         dag_id,
         job_name=name,
         num_nodes=2,
-        annotations={"disttrain.test/run-seconds": "8"},
+        annotations={"disttrain.test/run-seconds": "20"},
         startup_timeout=startup_timeout,
         deferrable=deferrable,
     )

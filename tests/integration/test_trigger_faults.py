@@ -50,11 +50,11 @@ def submit_jobs(
     custom = client.CustomObjectsApi(admin_api)
     uids = {}
     for name, pod_annotations in annotations.items():
-        parameters = JobParameters(
-            image="busybox:1.36", num_workers=0, restart_policy="Never", annotations=pod_annotations, **params
-        )
+        parameters = JobParameters(image="busybox:1.36", restart_policy="Never", annotations=pod_annotations, **params)
         labels = task_instance_labels("trigger_faults", name, "manual__faults", -1, 1)
         manifest = set_identity(build_manifest(kind, None, parameters), name, namespace, labels)
+        # Master only: the training-operator's webhook refuses a Worker spec of 0 replicas.
+        del manifest["spec"][kind.replica_specs_key][kind.worker_replica]
         created = custom.create_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, manifest)
         uids[name] = created["metadata"]["uid"]
     return uids
