@@ -11,8 +11,8 @@ VENV_PY := $(VENV)/bin/python
 UV := $(shell command -v uv 2>/dev/null)
 export DEVCLUSTER_DIR ?= $(REPO_ROOT)/.devcluster
 
-include $(REPO_ROOT)/Makefile.cluster
-include $(REPO_ROOT)/Makefile.airflow
+include $(REPO_ROOT)/dev/cluster.mk
+include $(REPO_ROOT)/dev/airflow.mk
 
 .PHONY: help venv lint typecheck unit-test lowest-deps-test integration-test test demo bench clean
 
@@ -29,8 +29,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## Create .venv with the provider, Airflow and the test tools
 
 lint: venv ## ruff check, format check and mypy on the package
-	@$(VENV)/bin/ruff check airflow_provider_disttrain tests example_dags bench training demo
-	@$(VENV)/bin/ruff format --check airflow_provider_disttrain tests example_dags bench training demo
+	@$(VENV)/bin/ruff check airflow_provider_disttrain tests example_dags bench training dev
+	@$(VENV)/bin/ruff format --check airflow_provider_disttrain tests example_dags bench training dev
 	@$(VENV)/bin/mypy
 
 typecheck: venv ## mypy on the package (it ships py.typed)
@@ -62,7 +62,7 @@ integration-test: venv cluster-up ## Integration tests against the local cluster
 test: lint unit-test lowest-deps-test integration-test e2e-test ## Everything CI runs: lint, unit tests (also on the lowest declared versions), integration tests on the local cluster, e2e tests in Airflow
 
 demo: venv cluster-up ## Run example 1 (retraining pipeline) end to end on the local cluster
-	@$(VENV_PY) demo/run_demo.py
+	@$(VENV_PY) dev/demo/run_demo.py
 
 bench: venv ## Import-cost benchmark (provider vs cncf SparkKubernetesOperator)
 	@$(VENV_PY) bench/import_cost.py

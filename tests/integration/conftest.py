@@ -26,7 +26,7 @@ ROLE_FILE = REPO / "deploy" / "rbac" / "role.yaml"
 CLUSTER_ROLE_FILE = REPO / "deploy" / "rbac" / "clusterrole.yaml"
 SA_NAMESPACE = "disttrain-it"
 SA_NAME = "airflow-disttrain"
-# Kueue (cluster/controllers.sh): ClusterQueue with the 16 nvidia.com/gpu; the namespace fixture
+# Kueue (dev/cluster/controllers.sh): ClusterQueue with the 16 nvidia.com/gpu; the namespace fixture
 # creates the LocalQueue. Not named `default`: Kueue queues unlabelled jobs in a queue of that name.
 LOCAL_QUEUE = "user-queue"
 CLUSTER_QUEUE = "cluster-queue"
@@ -209,9 +209,9 @@ def jobs(admin_api: Any) -> Any:
 
 
 def cluster_script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run one of cluster/*.sh (fault injection), failing the test with its output on error."""
+    """Run one of dev/cluster/*.sh (fault injection), failing the test with its output on error."""
     result = subprocess.run(
-        ["bash", str(REPO / "cluster" / name), *args], text=True, capture_output=True, check=False, timeout=180
+        ["bash", str(REPO / "dev" / "cluster" / name), *args], text=True, capture_output=True, check=False, timeout=180
     )
     if result.returncode != 0:
         raise AssertionError(f"cluster/{name} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")

@@ -36,7 +36,7 @@ from tests.standins import path_with_standins
 EXECUTE = "disttrain.test/execute"
 EXIT_CODE = "disttrain.test/exit-code"
 TERMINATION_MESSAGE = "disttrain.test/termination-message"
-# Owners whose pods the kwok pod-complete stage completes (cluster/kwok/pod-complete.yaml).
+# Owners whose pods the kwok pod-complete stage completes (dev/cluster/kwok/pod-complete.yaml).
 COMPLETED_OWNERS = {"Job", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob"}
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@
 JobSet + Kubeflow Trainer run a TrainJob written like Kubeflow's examples; training-operator's
 validating webhook rejects an invalid PyTorchJob; Kueue queues a labelled PyTorchJob and TrainJob,
 keeps a job that exceeds the ClusterQueue's quota suspended with the Workload's reason, and leaves an
-unlabelled job alone. See cluster/README.md for what up.sh sets up.
+unlabelled job alone. See dev/cluster/README.md for what up.sh sets up.
 """
 
 from __future__ import annotations

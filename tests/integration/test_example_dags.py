@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "demo"))
+sys.path.insert(0, str(REPO / "dev" / "demo"))
 
 from cluster_setup import ensure_training_volume  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Pod logs and Warning events read by the provider's hook from the real API server (kwok's kubelet
-serves every container the canned CRI log ``cluster/kwok/pod.log``), as the documented Role allows."""
+serves every container the canned CRI log ``dev/cluster/kwok/pod.log``), as the documented Role allows."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``stream_logs=True`` on the local cluster: the real trigger (run by ``dag.test()``) follows the
-Master's log through the real API server and kwok's kubelet (``cluster/kwok/pod.log``), writes it to
+Master's log through the real API server and kwok's kubelet (``dev/cluster/kwok/pod.log``), writes it to
 the task's log while the job runs, records its position on the job, and the final copy of the logs
 after the job ended adds nothing twice."""
 

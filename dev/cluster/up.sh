@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Starts the local test cluster (see cluster/README.md): builds missing
+# Starts the local test cluster (see dev/cluster/README.md): builds missing
 # binaries, then runs etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok, training-operator, mpi-operator, the JobSet controller,
 # the Kubeflow Trainer controller manager and Kueue as local processes on
 # 127.0.0.1, registers their webhooks, and waits until nodes are Ready and every
 # controller serves; then applies Trainer's ClusterTrainingRuntimes and Kueue's
-# ResourceFlavor/ClusterQueue/LocalQueue (see cluster/README.md).
+# ResourceFlavor/ClusterQueue/LocalQueue (see dev/cluster/README.md).
 # Idempotent: if the cluster is already up and healthy it says so and exits 0.
 # State: $DEVCLUSTER_DIR (default <repo>/.devcluster): kubeconfig, pids/, logs/, pki/.
 # etcd data is wiped on every fresh start (DEVCLUSTER_KEEP_DATA=1 keeps it).
@@ -52,7 +52,7 @@ for port in "$DEVCLUSTER_ETCD_PORT" "$DEVCLUSTER_ETCD_PEER_PORT" "$DEVCLUSTER_AP
   if port_in_use "$port"; then busy+=("$port"); fi
 done
 if [ ${#busy[@]} -gt 0 ]; then
-  die "port(s) already in use: ${busy[*]} (override with DEVCLUSTER_*_PORT, see cluster/lib.sh; mpi-operator's 8080 is fixed)"
+  die "port(s) already in use: ${busy[*]} (override with DEVCLUSTER_*_PORT, see dev/cluster/lib.sh; mpi-operator's 8080 is fixed)"
 fi
 
 mkdir -p "$PID_DIR" "$LOG_DIR"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the deployment's configuration: secrets (generated once, kept in .devairflow/secrets.env),
-# $AIRFLOW_HOME/airflow.cfg rendered from devairflow/airflow.cfg.template, and the DAGs folder
+# $AIRFLOW_HOME/airflow.cfg rendered from dev/airflow/airflow.cfg.template, and the DAGs folder
 # .devairflow/dags/ filled with the example DAGs (files a user added there are left alone).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Restarts one running component with the exact command line it runs with, after an optional
-# downtime: fault injection for the integration tests (e.g. `cluster/restart.sh kube-apiserver 3`).
+# downtime: fault injection for the integration tests (e.g. `dev/cluster/restart.sh kube-apiserver 3`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stops exactly the processes that cluster/up.sh started (pid files in
+# Stops exactly the processes that dev/cluster/up.sh started (pid files in
 # $DEVCLUSTER_DIR/pids/) and waits until they have exited: first the
 # controllers, operators and kwok (together), then kube-apiserver, then etcd.
 set -euo pipefail

@@ -1,8 +1,8 @@
-# Common settings for the cluster/*.sh scripts. Sourced, not executed.
+# Common settings for the dev/cluster/*.sh scripts. Sourced, not executed.
 # shellcheck shell=bash
 
 CLUSTER_SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$CLUSTER_SRC_DIR/.." && pwd)"
+REPO_ROOT="$(cd "$CLUSTER_SRC_DIR/../.." && pwd)"
 
 # shellcheck source=versions.env
 source "$CLUSTER_SRC_DIR/versions.env"

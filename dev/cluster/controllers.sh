@@ -1,7 +1,7 @@
 # Configuration of the JobSet controller, the Kubeflow Trainer controller
 # manager and Kueue, and the webhook registrations of every controller of the
 # local test cluster. Sourced by up.sh after lib.sh (and usable by hand against
-# a running cluster: `source cluster/lib.sh; source cluster/controllers.sh`).
+# a running cluster: `source dev/cluster/lib.sh; source dev/cluster/controllers.sh`).
 # shellcheck shell=bash
 
 JOBSET_DIR="$(module_dir sigs.k8s.io/jobset "$JOBSET_VERSION")"

@@ -1,5 +1,5 @@
-# Common settings for the devairflow/*.sh scripts (the local Airflow deployment). Sourced, not executed.
-# Reuses cluster/lib.sh for log/die/port_in_use/kc/apiserver_ready and the cluster's paths.
+# Common settings for the dev/airflow/*.sh scripts (the local Airflow deployment). Sourced, not executed.
+# Reuses dev/cluster/lib.sh for log/die/port_in_use/kc/apiserver_ready and the cluster's paths.
 # shellcheck shell=bash
 
 DEVAIRFLOW_SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,7 +20,7 @@ AF_KUBECONFIG="$DEVAIRFLOW_DIR/kubeconfig"
 VENV_BIN="$REPO_ROOT/.venv/bin"
 AIRFLOW_BIN="$VENV_BIN/airflow"
 
-# mpi-operator's health server holds :8080 on every address (not configurable, see cluster/lib.sh),
+# mpi-operator's health server holds :8080 on every address (not configurable, see dev/cluster/lib.sh),
 # so the API server listens next to it. Override with DEVAIRFLOW_API_PORT.
 DEVAIRFLOW_API_PORT="${DEVAIRFLOW_API_PORT:-28080}"
 DEVAIRFLOW_API_URL="http://127.0.0.1:$DEVAIRFLOW_API_PORT"

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "disttrain_retraining_pipeline"
 SIMULATED_NOTE = (
     "Note: the local cluster is simulated with kwok. The Kubernetes API server, scheduler, controller "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the binaries of the local test cluster that are not cached yet.
 # Binaries go to ${DISTTRAIN_CACHE:-~/.cache/airflow-provider-disttrain}/bin/<component>-<version>.
-# Usage: cluster/build.sh [component...]   (default: all)
+# Usage: dev/cluster/build.sh [component...]   (default: all)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

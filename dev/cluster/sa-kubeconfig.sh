@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes a kubeconfig that authenticates as a ServiceAccount of the local test
 # cluster, using a token from the TokenRequest API (kubectl create token).
-# Usage: cluster/sa-kubeconfig.sh NAMESPACE SERVICEACCOUNT OUTFILE [DURATION]
+# Usage: dev/cluster/sa-kubeconfig.sh NAMESPACE SERVICEACCOUNT OUTFILE [DURATION]
 #   DURATION: token lifetime, default 24h. The ServiceAccount must exist.
 #   The kubeconfig's context uses NAMESPACE as its default namespace.
 set -euo pipefail

@@ -16,7 +16,7 @@ token="$("$VENV_BIN/python" -c 'import json, sys; print(json.loads(sys.argv[1])[
 (
   umask 077
   cat >"$AF_ENV_FILE" <<ENV
-# Written by devairflow/token.sh (make airflow-up). Use: source $AF_ENV_FILE
+# Written by dev/airflow/token.sh (make airflow-up). Use: source $AF_ENV_FILE
 export AIRFLOW_API_URL=$DEVAIRFLOW_API_URL
 export AIRFLOW_API_TOKEN=$token
 ENV

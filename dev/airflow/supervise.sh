@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs one Airflow process and starts it again whenever it exits, as a Deployment's restartPolicy
-# would (like cluster/up.sh supervises mpi-operator). The running process's pid is always in
+# would (like dev/cluster/up.sh supervises mpi-operator). The running process's pid is always in
 # .devairflow/pids/NAME.pid; the process leads its own process group, so `kill -9 -PID` kills it
 # with its children (the triggerer's trigger runner, the scheduler's executor workers) as a crash
 # of its container would, while this loop lives on. SIGTERM stops the process group, then the loop.
-# Usage (from up.sh): devairflow/supervise.sh NAME COMMAND... (output goes to the caller's log file)
+# Usage (from up.sh): dev/airflow/supervise.sh NAME COMMAND... (output goes to the caller's log file)
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

@@ -4,7 +4,7 @@
 # .devairflow/postgres/run only (no TCP listener), so nothing off this machine, nor any other user,
 # can reach it. Idempotent: creates the cluster and the `airflow` database the first time, starts
 # the server if it is not running, and returns once it accepts connections.
-# Usage: devairflow/postgres.sh [start|stop]
+# Usage: dev/airflow/postgres.sh [start|stop]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -45,7 +45,7 @@ if [ ! -f "$PG_DATA/PG_VERSION" ]; then
     --auth-local trust --auth-host reject >"$PG_DIR/initdb.log" 2>&1 \
     || { cat "$PG_DIR/initdb.log" >&2; die "initdb failed"; }
   pg_run tee -a "$PG_DATA/postgresql.conf" >/dev/null <<EOF
-# --- devairflow (devairflow/postgres.sh) ---
+# --- devairflow (dev/airflow/postgres.sh) ---
 listen_addresses = ''                    # unix socket only
 unix_socket_directories = '$PG_SOCKET_DIR'
 port = $PG_PORT

@@ -43,12 +43,12 @@ metadata:
 spec: {clusterQueue: cluster-queue}
 EOF
 } | kc -n "$ns" apply -f - >/dev/null || die "could not set up namespace $ns"
-# The retraining example mounts the `training-data` claim (demo/cluster_setup.py creates it).
+# The retraining example mounts the `training-data` claim (dev/demo/cluster_setup.py creates it).
 "$VENV_BIN/python" -c '
 import sys
 sys.path.insert(0, sys.argv[1])
 from cluster_setup import ensure_training_volume
 from kubernetes import config
 ensure_training_volume(config.new_client_from_config(config_file=sys.argv[2]), sys.argv[3])
-' "$REPO_ROOT/demo" "$KUBECONFIG_FILE" "$ns"
+' "$REPO_ROOT/dev/demo" "$KUBECONFIG_FILE" "$ns"
 "$CLUSTER_SRC_DIR/sa-kubeconfig.sh" "$ns" "$sa" "$AF_KUBECONFIG" 48h >/dev/null

@@ -1,5 +1,5 @@
-# Local test cluster targets (see cluster/README.md). Included from Makefile.
-# State lives in $(DEVCLUSTER_DIR) (default: .devcluster/ next to this file);
+# Local test cluster targets (see dev/cluster/README.md). Included from Makefile.
+# State lives in $(DEVCLUSTER_DIR) (default: .devcluster/ at the repository root);
 # binaries are cached in $${DISTTRAIN_CACHE:-~/.cache/airflow-provider-disttrain}/bin.
 DISTTRAIN_CLUSTER_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))/cluster
 
