@@ -75,6 +75,10 @@ start() {
   : >"$LOG_DIR/$name.log"
   setsid "$bin" "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
   echo $! >"$PID_DIR/$name.pid"
+  # $! is setsid until it has exec'd the binary: on a loaded machine running_pid would read argv0
+  # "setsid" and take the component for dead. Wait (at most 5 s) until the exec has happened.
+  local i
+  for i in $(seq 50); do running_pid "$name" >/dev/null && break; sleep 0.1; done
 }
 
 # supervise NAME ARGS... : like start, but restarts the process whenever it exits, as a Deployment
