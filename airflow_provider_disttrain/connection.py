@@ -1,12 +1,101 @@
-"""The hook every operator and sensor of this provider gets from its connection parameters."""
+"""How a task and its trigger reach the cluster: the one connection value both sides share.
+
+Credentials stay in Airflow's connection. A deferred task hands its trigger a ``ClusterConnection``:
+the connection id and the kubeconfig context, which the triggerer resolves itself by reading the
+connection, as the cncf.kubernetes triggers do. Only a kubeconfig *file* that the worker has (the
+operator's ``config_file``, or a connection's ``kube_config_path``) may be missing in the triggerer;
+then the kubeconfig travels too, cut down to the one context the task uses, its cluster and its user
+(``minimal_kubeconfig``), together with the connection's other extras. Whatever travels is stored in
+the metadata database's trigger row, which Airflow encrypts with its Fernet key.
+
+The value is frozen and JSON-safe through ``to_dict``/``from_dict``, which is how a trigger stores it.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+
+@dataclass(frozen=True)
+class ClusterConnection:
+    """Which cluster, reached how: what the sync hook hands to the trigger and the trigger to its clients.
+
+    :param conn_id: the Airflow ``kubernetes`` connection, read where the client is built.
+    :param cluster_context: the kubeconfig context; None: the connection's (or the kubeconfig's current one).
+    :param kubeconfig: a kubeconfig that had to travel (a file only the worker has); one context only.
+    :param extras: the connection's extras, travelling with ``kubeconfig`` (without the kubeconfig ones).
+    """
+
+    conn_id: str | None = None
+    cluster_context: str | None = None
+    kubeconfig: Mapping[str, Any] | None = None
+    extras: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (how a trigger stores it)."""
+        return json.loads(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> ClusterConnection:
+        """The value ``to_dict`` stored; unknown keys are refused, so a typo cannot drop credentials."""
+        unknown = set(stored) - {"conn_id", "cluster_context", "kubeconfig", "extras"}
+        if unknown:
+            raise ValueError(f"connection: unknown keys {sorted(unknown)}")
+        return cls(**stored)
+
+    @cached_property
+    def identity(self) -> str:
+        """A stable key for "the same cluster, reached the same way": one shared client per identity."""
+        text = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def async_hook(self) -> AsyncTrainingJobHook:
+        """The cncf async hook for this connection (it reads the Airflow connection when nothing travelled)."""
+        from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
+
+        return AsyncTrainingJobHook(
+            conn_id=self.conn_id,
+            cluster_context=self.cluster_context,
+            config_dict=dict(self.kubeconfig) if self.kubeconfig is not None else None,
+            connection_extras=dict(self.extras) if self.extras is not None else None,
+        )
+
+
+def minimal_kubeconfig(kubeconfig: Mapping[str, Any], context: str | None) -> tuple[dict[str, Any], str]:
+    """``kubeconfig`` cut down to ``context`` (default: its current one), that context's cluster and user.
+
+    Returns the kubeconfig and the context's name. Raises ``ValueError`` naming what is missing.
+    """
+    name = context or kubeconfig.get("current-context")
+    if not name:
+        raise ValueError("kubeconfig: no context given and no current-context set")
+
+    def named(section: str, wanted: Any) -> dict[str, Any]:
+        for entry in kubeconfig.get(section) or []:
+            if isinstance(entry, Mapping) and entry.get("name") == wanted:
+                return dict(entry)
+        raise ValueError(f"kubeconfig: {section} has no entry named {wanted!r}")
+
+    chosen = named("contexts", name)
+    spec = chosen.get("context") or {}
+    minimal: dict[str, Any] = {
+        "apiVersion": kubeconfig.get("apiVersion", "v1"),
+        "kind": "Config",
+        "clusters": [named("clusters", spec.get("cluster"))],
+        "contexts": [chosen],
+        "current-context": name,
+        "users": [named("users", spec.get("user"))] if spec.get("user") else [],
+    }
+    return minimal, name
 
 
 class ClusterConnectionMixin:

@@ -197,7 +197,7 @@ class Cluster:
         previous = os.environ.get(variable)
         os.environ[variable] = connection_json(kubeconfig, namespace)
         try:
-            return TrainingJobHook(conn_id=conn_id).trigger_connection_args()
+            return {"connection": TrainingJobHook(conn_id=conn_id).trigger_connection().to_dict()}
         finally:
             if previous is None:
                 del os.environ[variable]

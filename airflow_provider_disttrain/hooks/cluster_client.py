@@ -9,55 +9,98 @@ built once keeps the token it was built with. A client is therefore rebuilt - wh
 plugin or re-reads the token file, through the cncf hook's own config loading - when the API server
 answers 401 (``renew``) and when it is older than ``max_age``. A renewed client's predecessor is closed
 once the last request leased on it has ended, so a rebuild never cuts another watch short.
+
+Building runs an exec plugin, which can fail (a throttled STS call) or hang. So a build is one shared
+background task, bounded by ``build_timeout``, that no request waits for while the current client still
+works: a periodic rebuild that fails keeps the current client and tries again ``BUILD_RETRY_SECONDS``
+later, logging why. Only a request that has no working client (the first one, or after a 401) waits
+for the build, and gets ``CredentialsUnavailable`` - a ``ConnectionError``, so transient - if the
+plugin fails or does not answer in time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from airflow_provider_disttrain.connection import ClusterConnection
 
 # Rebuilt at least this often: shorter than the 15-minute tokens that EKS and GKE plugins issue.
 CLIENT_MAX_AGE_SECONDS = 600.0
+# An exec plugin that has not answered by then is given up on (aws and gcloud answer in seconds).
+BUILD_TIMEOUT_SECONDS = 60.0
+# After a periodic rebuild failed, the current client is used this long before the next try.
+BUILD_RETRY_SECONDS = 30.0
+
+log = logging.getLogger(__name__)
 
 
-def cluster_identity(connection: Mapping[str, Any]) -> str:
-    """A stable key for "the same cluster, reached the same way" (connection id, context, config)."""
-    text = json.dumps(connection, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+class CredentialsUnavailable(ConnectionError):
+    """The cluster's credentials cannot be had right now: the kubeconfig's exec plugin failed or hung.
+
+    A ``ConnectionError``: like an outage, it may heal (the next run of the plugin may work), so the
+    wait retries within its ``api_failure_tolerance``. ``cause`` is the plugin's error (None: timeout).
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def _is_plugin_failure(error: BaseException) -> bool:
+    """kubernetes_asyncio's ``ExecProvider`` raises ``ConfigException("exec: process returned N. ...")``
+    for a plugin that ran and failed, and ``"exec: failed to decode ..."`` for garbled output; both may
+    not happen on the next run. A malformed ``exec`` section or a missing command never heals."""
+    from kubernetes_asyncio.config.config_exception import ConfigException
+
+    text = str(error)
+    return isinstance(error, ConfigException) and text.startswith(("exec: process returned", "exec: failed to decode"))
 
 
 class _Generation:
     """One built API client and the requests currently leased on it."""
 
-    def __init__(self, number: int, api: Any, stack: contextlib.AsyncExitStack) -> None:
+    def __init__(self, number: int, api: Any, stack: contextlib.AsyncExitStack, built_at: float) -> None:
         self.number = number
         self.api = api
         self.stack = stack
-        self.built_at = time.monotonic()
+        self.built_at = built_at
+        self.next_build_at = built_at  # set forward by ``ClusterClient`` (max age, retries)
+        self.unauthorized = False  # the API server refused its credentials: not to be leased again
         self.leases = 0
         self.retired = False
         self.closed = False
 
 
 class ClusterClient:
-    """The shared API client of one cluster identity; lease it for the length of one request.
+    """The shared API client of one cluster connection; lease it for the length of one request.
 
-    :param connection: the keyword arguments of ``AsyncTrainingJobHook`` (connection id, context,
-        shipped kubeconfig and extras) - what a trigger serialized.
-    :param max_age: seconds after which the next lease rebuilds the client.
+    :param connection: the cluster and how to reach it (what a trigger was given).
+    :param max_age: seconds after which the client is rebuilt in the background
+        (default ``CLIENT_MAX_AGE_SECONDS``).
+    :param build_timeout: seconds a build (kubeconfig load, exec plugin) may take
+        (default ``BUILD_TIMEOUT_SECONDS``).
+    :param clock: monotonic seconds (injectable for tests).
     """
 
-    def __init__(self, connection: Mapping[str, Any], max_age: float = CLIENT_MAX_AGE_SECONDS) -> None:
-        self.connection = dict(connection)
-        self.max_age = max_age
+    def __init__(
+        self,
+        connection: ClusterConnection,
+        max_age: float | None = None,
+        build_timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.connection = connection
+        self.max_age = CLIENT_MAX_AGE_SECONDS if max_age is None else max_age
+        self.build_timeout = BUILD_TIMEOUT_SECONDS if build_timeout is None else build_timeout
+        self._clock = clock
         self._current: _Generation | None = None
         self._built = 0
-        self._lock = asyncio.Lock()
+        self._building: asyncio.Task[_Generation] | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
     @property
@@ -68,11 +111,12 @@ class ClusterClient:
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[tuple[Any, int]]:
         """``(api client, generation)`` for one request; the client stays open until it ends."""
-        async with self._lock:
-            current = self._current
-            if current is None or time.monotonic() - current.built_at >= self.max_age:
-                current = await self._rebuild()
-            current.leases += 1
+        current = self._current
+        if current is None or current.unauthorized:
+            current = await self._wait_for_build()
+        elif self._clock() >= current.next_build_at:
+            self._start_build()  # in the background: this request goes on with the current client
+        current.leases += 1
         try:
             yield current.api, current.number
         finally:
@@ -81,36 +125,84 @@ class ClusterClient:
 
     async def renew(self, failed_generation: int) -> None:
         """Build a new client, unless one newer than ``failed_generation`` was built meanwhile."""
-        async with self._lock:
-            if self._current is None or self._current.number <= failed_generation:
-                await self._rebuild()
+        current = self._current
+        if current is not None and current.number > failed_generation:
+            return
+        if current is not None:
+            current.unauthorized = True
+        await self._wait_for_build()
 
     async def close(self) -> None:
         """Retire the current client (closed when its last lease ends) and wait for those closing."""
-        async with self._lock:
-            current, self._current = self._current, None
+        building, self._building = self._building, None
+        if building is not None and not building.done():
+            building.cancel()
+            await asyncio.wait({building})
+        current, self._current = self._current, None
         if current is not None:
             current.retired = True
             self._close_if_idle(current)
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
-    async def _rebuild(self) -> _Generation:
-        # Imported here: the trigger module must stay importable without kubernetes_asyncio loaded.
-        from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
+    async def _wait_for_build(self) -> _Generation:
+        # Shielded: a request that is cancelled (its trigger ended) leaves the shared build running.
+        return await asyncio.shield(self._start_build())
 
+    def _start_build(self) -> asyncio.Task[_Generation]:
+        if self._building is None or self._building.done():
+            self._building = asyncio.get_running_loop().create_task(self._build())
+            self._building.add_done_callback(self._after_build)
+        return self._building
+
+    def _after_build(self, task: asyncio.Task[_Generation]) -> None:
+        """A failed build leaves the current client (if it still works) in use until the next try."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        current = self._current
+        if current is not None and not current.unauthorized:
+            current.next_build_at = self._clock() + BUILD_RETRY_SECONDS
+            log.warning(
+                "Renewing the API client of %s failed (%s); the current one is used %.0fs longer",
+                self._title,
+                error,
+                BUILD_RETRY_SECONDS,
+            )
+        else:
+            log.warning("Building the API client of %s failed: %s", self._title, error)
+
+    @property
+    def _title(self) -> str:
+        return f"connection {self.connection.conn_id or '(shipped kubeconfig)'}" + (
+            f" context {self.connection.cluster_context}" if self.connection.cluster_context else ""
+        )
+
+    async def _build(self) -> _Generation:
         stack = contextlib.AsyncExitStack()
         try:
-            api = await stack.enter_async_context(AsyncTrainingJobHook(**self.connection).get_conn())
-        except BaseException:
+            api = await asyncio.wait_for(
+                stack.enter_async_context(self.connection.async_hook().get_conn()), self.build_timeout
+            )
+        except (TimeoutError, asyncio.TimeoutError):
             await stack.aclose()
+            raise CredentialsUnavailable(
+                f"the credentials of {self._title} did not come within {self.build_timeout:.0f}s "
+                "(the kubeconfig's exec plugin hangs?)"
+            ) from None
+        except BaseException as error:
+            await stack.aclose()
+            if _is_plugin_failure(error):
+                raise CredentialsUnavailable(f"the exec plugin of {self._title} failed: {error}", error) from error
             raise
         self._built += 1
-        previous, self._current = self._current, _Generation(self._built, api, stack)
+        generation = _Generation(self._built, api, stack, self._clock())
+        generation.next_build_at = generation.built_at + self.max_age
+        previous, self._current = self._current, generation
         if previous is not None:
             previous.retired = True
             self._close_if_idle(previous)
-        return self._current
+        return generation
 
     def _close_if_idle(self, generation: _Generation) -> None:
         if generation.retired and generation.leases == 0 and not generation.closed:

@@ -39,8 +39,9 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, is_transient
-from airflow_provider_disttrain.hooks.cluster_client import ClusterClient, cluster_identity
+from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.kueue import ApiResource
 
@@ -442,14 +443,14 @@ class WatchRegistry:
 
     def watch_for(
         self,
-        connection: Mapping[str, Any],
+        connection: ClusterConnection,
         kind: JobKind | ApiResource,
         namespace: str,
         label_selector: str,
         field_selector: str,
         index_label: str = "",
     ) -> SharedWatch:
-        cluster_key = cluster_identity(connection)
+        cluster_key = connection.identity
         key = WatchKey(cluster_key, kind.kind, namespace, label_selector, field_selector, index_label)
         watch = self.watches.get(key)
         if watch is None:
@@ -490,7 +491,7 @@ def registry() -> WatchRegistry:
 
 @contextlib.asynccontextmanager
 async def subscribe(
-    connection: Mapping[str, Any],
+    connection: ClusterConnection,
     kind: JobKind | ApiResource,
     namespace: str,
     name: str,

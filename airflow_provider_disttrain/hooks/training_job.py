@@ -7,7 +7,6 @@ makes. It returns plain dicts (what the API server sent), so the pure modules ca
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from functools import cached_property
@@ -17,6 +16,7 @@ import yaml
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from kubernetes import client
 
+from airflow_provider_disttrain.connection import ClusterConnection, minimal_kubeconfig
 from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_not_running, pods_with_problems
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, TrainingJobError
 from airflow_provider_disttrain.hooks.api_errors import (
@@ -330,36 +330,35 @@ class TrainingJobHook(KubernetesHook):
             selected.extend(self._to_dict(event) for event in events.items)
         return sorted(selected, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
-    def _default_kubeconfig_file(self) -> str | None:
-        """``$KUBECONFIG`` when the connection names no config of its own and it is one file."""
-        if self._get_field("kube_config") or self._get_field("in_cluster"):
-            return None
-        path = os.environ.get("KUBECONFIG", "")
-        return path if path and os.pathsep not in path and os.path.isfile(path) else None
+    def trigger_connection(self) -> ClusterConnection:
+        """How the trigger reaches the same cluster from the triggerer (see ``connection``).
 
-    def trigger_connection_args(self) -> dict[str, Any]:
-        """How the trigger reaches the same cluster from the triggerer, which may lack local files.
-
-        A kubeconfig file named by the connection (or ``config_file``) is read here and shipped as
-        content, as the cncf pod operator does; the connection's other extras travel with it so the
-        triggerer does not need to see the file.
+        The connection id and context travel; the triggerer reads the connection itself. Only a kubeconfig
+        file the worker reads (``config_file``, the connection's ``kube_config_path``) or a ``config_dict``
+        given to the hook travels as content, cut to the one context this task uses, with the
+        connection's other extras. Nothing else: a connection that names no kubeconfig is resolved by the
+        triggerer's own default, never by shipping the worker's ``$KUBECONFIG``.
         """
-        args: dict[str, Any] = {
-            "kubernetes_conn_id": self.conn_id,
-            "cluster_context": self.cluster_context,
-            "config_dict": self.config_dict,
-            "connection_extras": None,
+        path = self.config_file or self._get_field("kube_config_path")
+        if self.config_dict is None and not path:
+            return ClusterConnection(conn_id=self.conn_id, cluster_context=self.cluster_context)
+        full: Mapping[str, Any]
+        if self.config_dict is not None:
+            full = self.config_dict
+        else:
+            with open(path) as file:
+                full = yaml.safe_load(file)
+        context = self.cluster_context or self._get_field("cluster_context")
+        try:
+            kubeconfig, context = minimal_kubeconfig(full, context)
+        except ValueError as error:
+            raise TrainingJobError(f"{path or 'config_dict'}: {error}") from None  # never the file's content
+        extras = {
+            key: value
+            for key, value in self.conn_extras.items()
+            if key.removeprefix(_LEGACY_EXTRA_PREFIX) not in _KUBECONFIG_EXTRAS
         }
-        path = self.config_file or self._get_field("kube_config_path") or self._default_kubeconfig_file()
-        if self.config_dict is None and path:
-            with open(path) as kubeconfig:
-                args["config_dict"] = yaml.safe_load(kubeconfig)
-            args["connection_extras"] = {
-                key: value
-                for key, value in self.conn_extras.items()
-                if key.removeprefix(_LEGACY_EXTRA_PREFIX) not in _KUBECONFIG_EXTRAS
-            }
-        return args
+        return ClusterConnection(conn_id=self.conn_id, cluster_context=context, kubeconfig=kubeconfig, extras=extras)
 
     def explain_outcome(self, ref: JobRef, headline: str, job: Mapping[str, Any] | None, *, logger: Any = None) -> str:
         """``headline`` plus what the job's pods, their failing containers' logs and events say."""

@@ -644,7 +644,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 poll_interval=self.poll_interval,
                 delete_on_kill=self.delete_on_kill,
                 stream_logs=self.stream_logs,
-                **hook.trigger_connection_args(),
+                connection=hook.trigger_connection(),
             ),
             method_name="execute_complete",
             kwargs={"job_uid": self._job_ref.uid, "reattached": reattached},

@@ -81,7 +81,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
                 execution_deadline=time.time() + float(timeout) if timeout else None,
                 poll_interval=float(self.poke_interval),
                 delete_on_kill=False,  # The sensor watches a job it does not own.
-                **self.hook.trigger_connection_args(),
+                connection=self.hook.trigger_connection(),
             ),
             method_name="execute_complete",
         )

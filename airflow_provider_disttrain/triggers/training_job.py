@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, held_by_kueue, waiting_message
@@ -66,10 +67,8 @@ class TrainingJobTrigger(BaseTrigger):
     :param name: job name.
     :param namespace: job namespace.
     :param uid: the job's uid; a job recreated under the same name is reported, not followed.
-    :param kubernetes_conn_id: the ``kubernetes`` connection.
-    :param cluster_context: kubeconfig context to use.
-    :param config_dict: kubeconfig content, shipped when the task used a file the triggerer may lack.
-    :param connection_extras: the connection's extras, shipped together with ``config_dict``.
+    :param connection: how to reach the cluster (``connection.ClusterConnection`` or its ``to_dict()``):
+        the connection id and context, read in the triggerer; a kubeconfig only when the task's was a file.
     :param startup_deadline: epoch seconds by which the job must have left the queued state.
     :param execution_deadline: epoch seconds by which the job must have finished.
     :param queue_deadline: epoch seconds by which Kueue must have admitted a job it holds (``queue_timeout``).
@@ -79,6 +78,8 @@ class TrainingJobTrigger(BaseTrigger):
     :param delete_on_kill: delete the job when a user kills the deferred task.
     :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
     :param stream_logs_bytes_per_second: at most this much of that log is written per second.
+    :param kubernetes_conn_id: stored rows of provider versions before ``connection`` (never written now),
+        like ``cluster_context``, ``config_dict`` (a shipped kubeconfig) and ``connection_extras``.
     """
 
     def __init__(
@@ -88,10 +89,7 @@ class TrainingJobTrigger(BaseTrigger):
         name: str,
         namespace: str,
         uid: str | None = None,
-        kubernetes_conn_id: str | None = None,
-        cluster_context: str | None = None,
-        config_dict: dict[str, Any] | None = None,
-        connection_extras: dict[str, Any] | None = None,
+        connection: ClusterConnection | Mapping[str, Any] | None = None,
         startup_deadline: float | None = None,
         execution_deadline: float | None = None,
         queue_deadline: float | None = None,
@@ -101,16 +99,21 @@ class TrainingJobTrigger(BaseTrigger):
         delete_on_kill: bool = True,
         stream_logs: bool = False,
         stream_logs_bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
+        kubernetes_conn_id: str | None = None,
+        cluster_context: str | None = None,
+        config_dict: dict[str, Any] | None = None,
+        connection_extras: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.kind = kind
         self.name = name
         self.namespace = namespace
         self.uid = uid
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.cluster_context = cluster_context
-        self.config_dict = config_dict
-        self.connection_extras = connection_extras
+        if connection is None:  # a row stored before the typed connection
+            connection = ClusterConnection(kubernetes_conn_id, cluster_context, config_dict, connection_extras)
+        elif not isinstance(connection, ClusterConnection):
+            connection = ClusterConnection.from_dict(connection)
+        self.connection = connection
         self.startup_deadline = startup_deadline
         self.execution_deadline = execution_deadline
         self.queue_deadline = queue_deadline
@@ -136,10 +139,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "name": self.name,
                 "namespace": self.namespace,
                 "uid": self.uid,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "cluster_context": self.cluster_context,
-                "config_dict": self.config_dict,
-                "connection_extras": self.connection_extras,
+                "connection": self.connection.to_dict(),
                 "startup_deadline": self.startup_deadline,
                 "execution_deadline": self.execution_deadline,
                 "queue_deadline": self.queue_deadline,
@@ -158,9 +158,7 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _hook(self) -> Any:
         # Imported here so that loading the trigger class (the UI does) does not import kubernetes_asyncio.
-        from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
-
-        return AsyncTrainingJobHook(**self._connection())
+        return self.connection.async_hook()
 
     def _check(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
         if job is not None and job_state(job) is JobState.RUNNING:
@@ -195,17 +193,7 @@ class TrainingJobTrigger(BaseTrigger):
             await self._workload.stop()
             return
         options = {"watch_timeout": float(self.watch_timeout), "poll_interval": float(self.poll_interval)}
-        connection = self._connection()
-        self._waiting_reason = await self._workload.follow(job, connection, subscription, options, self.log)
-
-    def _connection(self) -> dict[str, Any]:
-        """What identifies the cluster and how to reach it: the hook's arguments."""
-        return {
-            "conn_id": self.kubernetes_conn_id,
-            "cluster_context": self.cluster_context,
-            "config_dict": self.config_dict,
-            "connection_extras": self.connection_extras,
-        }
+        self._waiting_reason = await self._workload.follow(job, self.connection, subscription, options, self.log)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
@@ -227,7 +215,7 @@ class TrainingJobTrigger(BaseTrigger):
             "watch_timeout": float(self.watch_timeout),
             "poll_interval": float(self.poll_interval),
         }
-        connection = self._connection()
+        connection = self.connection
         async with subscribe(
             connection, kind, self.namespace, self.name, label_selector=PROVIDER_JOB_SELECTOR, **options
         ) as subscription:
@@ -380,7 +368,7 @@ class _WorkloadFollower:
     async def follow(
         self,
         job: Mapping[str, Any] | None,
-        connection: Mapping[str, Any],
+        connection: ClusterConnection,
         job_subscription: Subscription,
         options: Mapping[str, Any],
         log: Any,

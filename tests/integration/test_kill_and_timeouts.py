@@ -69,7 +69,7 @@ def test_killing_a_deferred_task_deletes_its_job(namespace, jobs, service_accoun
         name="killed-job",
         namespace=namespace,
         uid=job["metadata"]["uid"],
-        **hook.trigger_connection_args(),
+        connection=hook.trigger_connection(),
     )
 
     asyncio.run(trigger.on_kill())

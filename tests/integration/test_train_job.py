@@ -392,7 +392,7 @@ def test_killing_a_deferred_trainjob_task_deletes_its_trainjob(namespace, trainj
         name="killed-tj",
         namespace=namespace,
         uid=job["metadata"]["uid"],
-        **hook.trigger_connection_args(),
+        connection=hook.trigger_connection(),
     )
 
     asyncio.run(trigger.on_kill())

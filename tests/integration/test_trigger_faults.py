@@ -65,8 +65,8 @@ def make_trigger(namespace: str, name: str, uid: str, **options: Any) -> Any:
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
-    connection = TrainingJobHook().trigger_connection_args()
-    return TrainingJobTrigger(kind=KIND, name=name, namespace=namespace, uid=uid, **connection, **options)
+    connection = TrainingJobHook().trigger_connection()
+    return TrainingJobTrigger(kind=KIND, name=name, namespace=namespace, uid=uid, connection=connection, **options)
 
 
 async def run_like_the_triggerer(trigger: Any) -> tuple[dict[str, Any], float]:

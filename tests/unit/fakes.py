@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
 from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, get_job_kind
 
@@ -205,7 +206,7 @@ class FakeTrainingJobHook:
     :param progression: statuses every job created through ``create_job`` goes through, one step per
         ``get_job``; the last one stays.
     :param namespace: what ``default_namespace()`` answers (the connection's namespace).
-    :param connection_args: what ``trigger_connection_args()`` answers.
+    :param connection: what ``trigger_connection()`` answers.
     """
 
     def __init__(
@@ -213,19 +214,11 @@ class FakeTrainingJobHook:
         progression: Iterable[Mapping[str, Any]] = (),
         *,
         namespace: str = "default",
-        connection_args: Mapping[str, Any] | None = None,
+        connection: ClusterConnection | None = None,
     ) -> None:
         self.progression = [dict(step) for step in progression]
         self.namespace = namespace
-        self.connection_args = dict(
-            connection_args
-            or {
-                "kubernetes_conn_id": "kubernetes_default",
-                "cluster_context": None,
-                "config_dict": None,
-                "connection_extras": None,
-            }
-        )
+        self.connection = connection or ClusterConnection(conn_id="kubernetes_default")
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.steps: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.pods: dict[str, list[dict[str, Any]]] = {}
@@ -284,8 +277,8 @@ class FakeTrainingJobHook:
     def default_namespace(self) -> str:
         return self.namespace
 
-    def trigger_connection_args(self) -> dict[str, Any]:
-        return copy.deepcopy(self.connection_args)
+    def trigger_connection(self) -> ClusterConnection:
+        return self.connection
 
     def create_job(self, kind: Any, manifest: Mapping[str, Any], namespace: str, *, dry_run: bool = False) -> Any:
         self._record("create_job", kind, copy.deepcopy(dict(manifest)), namespace, dry_run=dry_run)

@@ -170,7 +170,7 @@ KUBECONFIG = {
 
 
 @pytest.mark.parametrize("prefix", ["", "extra__kubernetes__"], ids=["extras", "legacy-prefixed-extras"])
-async def test_the_shipped_connection_args_configure_the_async_hook(
+async def test_the_shipped_connection_configures_the_async_hook(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, prefix: str
 ) -> None:
     """What the task ships for a kubeconfig file configures the triggerer's hook (without the file)."""
@@ -178,14 +178,20 @@ async def test_the_shipped_connection_args_configure_the_async_hook(
     path.write_text(yaml.safe_dump(KUBECONFIG))
     extra = {f"{prefix}kube_config_path": str(path), f"{prefix}namespace": "ml"}
     monkeypatch.setenv("AIRFLOW_CONN_K8S_SHIPPED", json.dumps({"conn_type": "kubernetes", "extra": extra}))
-    args = TrainingJobHook(conn_id="k8s_shipped").trigger_connection_args()
+    shipped = TrainingJobHook(conn_id="k8s_shipped").trigger_connection()
     path.unlink()  # the triggerer does not have the file
 
-    hook = AsyncTrainingJobHook(
-        conn_id=args["kubernetes_conn_id"],
-        cluster_context=args["cluster_context"],
-        config_dict=args["config_dict"],
-        connection_extras=args["connection_extras"],
-    )
-    async with hook.get_conn() as api_client:
+    async with shipped.async_hook().get_conn() as api_client:
         assert api_client.configuration.host == "https://10.0.0.1:6443"
+
+
+async def test_an_id_only_connection_is_read_in_the_triggerer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of the credentials travelled: the triggerer's hook reads them from the Airflow connection."""
+    extra = {"kube_config": json.dumps(KUBECONFIG), "namespace": "ml"}
+    monkeypatch.setenv("AIRFLOW_CONN_K8S_INLINE", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    travelling = TrainingJobHook(conn_id="k8s_inline").trigger_connection()
+    assert travelling.kubeconfig is None and travelling.extras is None
+
+    async with travelling.async_hook().get_conn() as api_client:
+        assert api_client.configuration.host == "https://10.0.0.1:6443"
+        assert api_client.configuration.api_key["BearerToken"] == "Bearer t0ken-abcdef"

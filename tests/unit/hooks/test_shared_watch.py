@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks import shared_watch
 from airflow_provider_disttrain.hooks.shared_watch import registry, subscribe
 from airflow_provider_disttrain.kinds import get_job_kind
@@ -27,13 +28,8 @@ def labelled_job(name: str, status: dict[str, Any] | None = None, **kwargs: Any)
     return make_job(name, "ml", uid=f"uid-{name}", status=status, labels={TASK_INSTANCE_LABEL: name}, **kwargs)
 
 
-def connection(server: Any, **user: Any) -> dict[str, Any]:
-    return {
-        "conn_id": None,
-        "cluster_context": None,
-        "config_dict": server.kubeconfig(user=user or None),
-        "connection_extras": None,
-    }
+def connection(server: Any, **user: Any) -> ClusterConnection:
+    return ClusterConnection(kubeconfig=server.kubeconfig(user=user or None))
 
 
 async def until(predicate: Any, timeout: float = 5.0) -> None:

@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import (
     ClusterAccessError,
     InvalidJobSpecError,
@@ -532,6 +533,21 @@ def connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, A
 KUBECONFIG = {
     "apiVersion": "v1",
     "kind": "Config",
+    "clusters": [
+        {"name": "c", "cluster": {"server": "https://10.0.0.1:6443"}},
+        {"name": "prod", "cluster": {"server": "https://10.9.9.9:6443"}},
+    ],
+    "users": [{"name": "u", "user": {"token": "t0ken-abcdef"}}, {"name": "admin", "user": {"token": "ADMIN-secret"}}],
+    "contexts": [
+        {"name": "ctx", "context": {"cluster": "c", "user": "u"}},
+        {"name": "prod-admin", "context": {"cluster": "prod", "user": "admin"}},
+    ],
+    "current-context": "ctx",
+}
+# What travels for context ``ctx``: that context, its cluster and its user, nothing of ``prod-admin``.
+CTX_ONLY = {
+    "apiVersion": "v1",
+    "kind": "Config",
     "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443"}}],
     "users": [{"name": "u", "user": {"token": "t0ken-abcdef"}}],
     "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
@@ -554,68 +570,90 @@ def test_default_namespace_comes_from_the_connection(monkeypatch: pytest.MonkeyP
     assert TrainingJobHook(conn_id="kubernetes_default").default_namespace() == "default"
 
 
-def test_trigger_args_ship_the_named_kubeconfig_file_as_content(
+def test_a_kubeconfig_file_travels_cut_to_the_tasks_context(
     monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str
 ) -> None:
     connection(monkeypatch, "k8s_file", {"kube_config_path": kubeconfig_file, "namespace": "ml"})
 
-    args = TrainingJobHook(conn_id="k8s_file", cluster_context="ctx").trigger_connection_args()
+    shipped = TrainingJobHook(conn_id="k8s_file", cluster_context="ctx").trigger_connection()
 
-    assert args == {
-        "kubernetes_conn_id": "k8s_file",
-        "cluster_context": "ctx",
-        "config_dict": KUBECONFIG,
-        # The triggerer must not look for the file: the path is dropped, the other extras travel.
-        "connection_extras": {"namespace": "ml"},
-    }
-    json.dumps(args)  # they become trigger kwargs
+    # The triggerer must not look for the file: the path is dropped, the other extras travel.
+    assert shipped == ClusterConnection("k8s_file", "ctx", kubeconfig=CTX_ONLY, extras={"namespace": "ml"})
+    assert "ADMIN-secret" not in json.dumps(shipped.to_dict())  # another context's credentials stay home
 
 
-def test_trigger_args_drop_legacy_prefixed_kubeconfig_extras(
+def test_the_travelling_kubeconfig_is_the_one_of_the_connections_own_context(
     monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str
 ) -> None:
+    extra = {"kube_config_path": kubeconfig_file, "cluster_context": "prod-admin"}
+    connection(monkeypatch, "k8s_prod", extra)
+
+    shipped = TrainingJobHook(conn_id="k8s_prod").trigger_connection()
+
+    assert shipped.cluster_context == "prod-admin"
+    assert shipped.kubeconfig is not None
+    assert [user["name"] for user in shipped.kubeconfig["users"]] == ["admin"]
+    assert shipped.kubeconfig["current-context"] == "prod-admin"
+
+
+def test_a_context_the_file_lacks_is_named_without_echoing_the_file(
+    monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str
+) -> None:
+    connection(monkeypatch, "k8s_file", {"kube_config_path": kubeconfig_file})
+
+    with pytest.raises(TrainingJobError, match="'nope'") as refused:
+        TrainingJobHook(conn_id="k8s_file", cluster_context="nope").trigger_connection()
+
+    assert kubeconfig_file in str(refused.value)
+    assert "t0ken" not in str(refused.value)
+
+
+def test_legacy_prefixed_kubeconfig_extras_stay_home(monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str) -> None:
     # Connections made before Airflow 2.3 name their extras extra__kubernetes__<field>; the cncf hooks
-    # read both forms, so a path left in either form would clash with the shipped config_dict.
+    # read both forms, so a path left in either form would clash with the shipped kubeconfig.
     connection(
         monkeypatch,
         "k8s_legacy",
         {"extra__kubernetes__kube_config_path": kubeconfig_file, "extra__kubernetes__namespace": "ml"},
     )
 
-    args = TrainingJobHook(conn_id="k8s_legacy").trigger_connection_args()
+    shipped = TrainingJobHook(conn_id="k8s_legacy").trigger_connection()
 
-    assert args["config_dict"] == KUBECONFIG
-    assert args["connection_extras"] == {"extra__kubernetes__namespace": "ml"}
-
-
-def test_trigger_args_ship_an_operator_config_file(monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str) -> None:
-    args = TrainingJobHook(conn_id="kubernetes_default", config_file=kubeconfig_file).trigger_connection_args()
-
-    assert args["config_dict"] == KUBECONFIG
-    assert args["connection_extras"] == {}
+    assert shipped.kubeconfig == CTX_ONLY
+    assert shipped.extras == {"extra__kubernetes__namespace": "ml"}
 
 
-def test_trigger_args_ship_nothing_extra_for_an_in_cluster_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KUBECONFIG", raising=False)
-    connection(monkeypatch, "k8s_in_cluster", {"in_cluster": True, "namespace": "ml"})
+def test_an_operator_config_file_travels(monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str) -> None:
+    shipped = TrainingJobHook(conn_id="kubernetes_default", config_file=kubeconfig_file).trigger_connection()
 
-    args = TrainingJobHook(conn_id="k8s_in_cluster").trigger_connection_args()
-
-    assert args == {
-        "kubernetes_conn_id": "k8s_in_cluster",
-        "cluster_context": None,
-        "config_dict": None,
-        "connection_extras": None,
-    }
+    assert shipped == ClusterConnection("kubernetes_default", "ctx", kubeconfig=CTX_ONLY, extras={})
 
 
-def test_trigger_args_ship_a_single_kubeconfig_env_file(monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [{"in_cluster": True, "namespace": "ml"}, {"kube_config": json.dumps(KUBECONFIG)}, {}],
+    ids=["in-cluster", "kubeconfig-in-the-connection", "nothing-named"],
+)
+def test_a_connection_without_a_file_travels_as_its_id_alone(
+    monkeypatch: pytest.MonkeyPatch, kubeconfig_file: str, extra: dict[str, Any]
+) -> None:
+    """The triggerer reads the connection itself; the worker's own $KUBECONFIG never travels by accident."""
     monkeypatch.setenv("KUBECONFIG", kubeconfig_file)
+    connection(monkeypatch, "k8s", extra)
 
-    assert TrainingJobHook(conn_id="kubernetes_default").trigger_connection_args()["config_dict"] == KUBECONFIG
-    # A merged list of files is the triggerer's business: nothing is shipped.
-    monkeypatch.setenv("KUBECONFIG", f"{kubeconfig_file}:{kubeconfig_file}")
-    assert TrainingJobHook(conn_id="kubernetes_default").trigger_connection_args()["config_dict"] is None
+    assert TrainingJobHook(conn_id="k8s").trigger_connection() == ClusterConnection("k8s")
+
+
+def test_the_connection_value_is_stored_as_json_and_read_back() -> None:
+    shipped = ClusterConnection("k8s", "ctx", kubeconfig=CTX_ONLY, extras={"namespace": "ml"})
+
+    stored = json.loads(json.dumps(shipped.to_dict()))
+
+    assert ClusterConnection.from_dict(stored) == shipped
+    assert ClusterConnection.from_dict(stored).identity == shipped.identity
+    assert ClusterConnection("k8s", "other").identity != shipped.identity
+    with pytest.raises(ValueError, match="config_dict"):
+        ClusterConnection.from_dict({**stored, "config_dict": {}})
 
 
 # -- explain_outcome ------------------------------------------------------------------------------------------

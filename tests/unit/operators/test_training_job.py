@@ -21,6 +21,7 @@ import pytest
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout, TaskDeferred
 
+from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import (
     InvalidJobSpecError,
     JobAlreadyExistsError,
@@ -336,13 +337,8 @@ def test_manifest_from_a_yaml_file(tmp_path: Path) -> None:
 
 
 def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
-    connection_args = {
-        "kubernetes_conn_id": "k8s",
-        "cluster_context": "ctx",
-        "config_dict": {"apiVersion": "v1", "kind": "Config"},
-        "connection_extras": {"namespace": "ml"},
-    }
-    hook = progressing(running_status(), connection_args=connection_args)
+    connection = ClusterConnection("k8s", "ctx", {"apiVersion": "v1", "kind": "Config"}, {"namespace": "ml"})
+    hook = progressing(running_status(), connection=connection)
     started = datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
     ti = FakeTI(start_date=started)
     operator = make_operator(
@@ -373,9 +369,7 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
     assert trigger.execution_deadline == started.timestamp() + 7200
     assert trigger.poll_interval == 7.0
     assert trigger.delete_on_kill is False
-    assert (trigger.kubernetes_conn_id, trigger.cluster_context) == ("k8s", "ctx")
-    assert trigger.config_dict == {"apiVersion": "v1", "kind": "Config"}
-    assert trigger.connection_extras == {"namespace": "ml"}
+    assert trigger.connection == connection
     assert deferred.value.method_name == "execute_complete"
     assert deferred.value.kwargs == {"job_uid": job["metadata"]["uid"], "reattached": False}
     # The worker only submitted; the trigger does the waiting.

@@ -10,6 +10,7 @@ import pytest
 from airflow.sdk import PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 
+from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
 from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, make_outcome
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
@@ -99,13 +100,8 @@ def test_the_sensor_reads_the_namespace_it_is_given() -> None:
 
 
 def test_deferrable_defers_to_a_trigger_that_never_deletes_the_job() -> None:
-    connection_args = {
-        "kubernetes_conn_id": "k8s",
-        "cluster_context": None,
-        "config_dict": {"kind": "Config"},
-        "connection_extras": {},
-    }
-    hook = hook_with(running_status(), connection_args=connection_args)
+    connection = ClusterConnection("k8s", kubeconfig={"kind": "Config"}, extras={})
+    hook = hook_with(running_status(), connection=connection)
     sensor = make_sensor(hook, deferrable=True, timeout=timedelta(hours=1), poke_interval=30)
 
     before = time.time()
@@ -119,7 +115,7 @@ def test_deferrable_defers_to_a_trigger_that_never_deletes_the_job() -> None:
     assert before + 3600 <= trigger.execution_deadline <= time.time() + 3600
     assert trigger.startup_deadline is None
     assert trigger.poll_interval == 30.0
-    assert (trigger.kubernetes_conn_id, trigger.config_dict) == ("k8s", {"kind": "Config"})
+    assert trigger.connection == connection
     assert deferred.value.method_name == "execute_complete"
 
 

@@ -55,7 +55,9 @@ async def test_a_stored_trigger_rebuilds_and_sees_its_job_succeed(
 ) -> None:
     # The stored connection id names a connection the triggerer reads (as the cncf triggers do).
     extra = {"kube_config": json.dumps(apiserver.kubeconfig()), "namespace": "ml"}
-    monkeypatch.setenv(f"AIRFLOW_CONN_{STORED_CONNECTION_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{STORED_CONNECTION_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
+    )
     classpath, kwargs = stored(path)
     labelled = kwargs.get("uid") is not None  # an operator's job carries the label; a sensor's need not
     labels = {TASK_INSTANCE_LABEL: "abc123"} if labelled else {}
