@@ -68,9 +68,15 @@ def validate_size_limit(value: Any, field: str) -> None:
 
 
 def validate_env(env: Any, field: str) -> None:
+    """A container's ``env`` list: valid names, each once (the API server keeps the last of two, silently)."""
+    seen: set[Any] = set()
     for index, entry in enumerate(_named(env, field)):
-        if problem := env_name_problem(entry.get("name")):
+        name = entry.get("name")
+        if problem := env_name_problem(name):
             raise InvalidJobSpecError(f"{field}[{index}].name", problem)
+        if name in seen:
+            raise InvalidJobSpecError(f"{field}[{index}].name", f"{name!r} is set twice")
+        seen.add(name)
 
 
 ENV_FORMS = "a mapping {NAME: value}, a list of 'NAME=value' strings, or a list of Kubernetes EnvVar mappings"
@@ -83,7 +89,11 @@ def env_entries(env: Any, field: str = "env") -> list[dict[str, Any]]:
     value is everything after the first '=') with EnvVar mappings (``valueFrom`` and all).
     """
     if isinstance(env, Mapping):
-        named = [(f"{field}.{name}", {"name": str(name), "value": str(value)}) for name, value in env.items()]
+        named = []
+        for name, value in env.items():
+            if value is None:  # str(None) would set the variable to the word "None"
+                raise InvalidJobSpecError(f"{field}.{name}", "is None; write '' for an empty variable")
+            named.append((f"{field}.{name}", {"name": str(name), "value": str(value)}))
     elif isinstance(env, (list, tuple)):
         named = []
         for index, item in enumerate(env):
@@ -99,15 +109,40 @@ def env_entries(env: Any, field: str = "env") -> list[dict[str, Any]]:
             elif isinstance(item, Mapping):
                 named.append((f"{field}[{index}]", dict(item)))
             else:
+                # The value is not echoed: an environment is where secrets are.
                 raise InvalidJobSpecError(
-                    f"{field}[{index}]", f"expected 'NAME=value' or an EnvVar mapping, got {item!r}"
+                    f"{field}[{index}]", f"expected 'NAME=value' or an EnvVar mapping, got a {type(item).__name__}"
                 )
     else:
-        raise InvalidJobSpecError(field, f"expected {ENV_FORMS}; got {type(env).__name__} {env!r}")
+        raise InvalidJobSpecError(field, f"expected {ENV_FORMS}; got a {type(env).__name__}")
+    seen: set[Any] = set()
     for entry_field, entry in named:
-        if problem := env_name_problem(entry.get("name")):
+        name = entry.get("name")
+        if problem := env_name_problem(name):
             raise InvalidJobSpecError(entry_field, problem)
+        if name in seen:
+            raise InvalidJobSpecError(entry_field, f"sets {name!r} a second time")
+        seen.add(name)
     return [entry for _, entry in named]
+
+
+def env_values_by_name(env: Any) -> dict[str, str]:
+    """Each variable of ``env`` (any of its forms) that has a literal value, by name; never raises.
+
+    What Airflow's secrets masker is given (``mask_secret`` of a mapping hides the values whose names
+    look sensitive: ``*_PASSWORD``, ``*_TOKEN``, ...), so that the rendered template shows them masked
+    whether ``env`` is a mapping, ``"NAME=value"`` strings or EnvVar mappings.
+    """
+    if isinstance(env, Mapping):
+        return {str(name): str(value) for name, value in env.items() if isinstance(value, (str, int, float))}
+    values: dict[str, str] = {}
+    for item in env if isinstance(env, (list, tuple)) else ():
+        if isinstance(item, str) and "=" in item:
+            name, _, value = item.partition("=")
+            values[name] = value
+        elif isinstance(item, Mapping) and isinstance(item.get("value"), str):
+            values[str(item.get("name"))] = item["value"]
+    return values
 
 
 def _validate_volumes(pod_spec: Mapping[str, Any], field: str) -> set[str]:

@@ -33,7 +33,11 @@ from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode
 from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import JobParameters, RunPolicy, build_manifest, set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, load_manifest, manifest_template
-from airflow_provider_disttrain.manifest.pod_validation import validate_resources_parameter, validate_size_limit
+from airflow_provider_disttrain.manifest.pod_validation import (
+    env_values_by_name,
+    validate_resources_parameter,
+    validate_size_limit,
+)
 from airflow_provider_disttrain.manifest.validation import (
     max_job_name_length,
     validate_log_replicas_exist,
@@ -323,6 +327,12 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             self.job_manifest = self._render(manifest_template(jinja_env, str(self.job_manifest)), context)
             template_fields = [field for field in template_fields if field != "job_manifest"]
         super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
+        if parent is self and self.env:
+            from airflow.sdk.log import mask_secret
+
+            # Airflow masks a rendered mapping's values by their keys only: give it the names of every form.
+            values: dict[str, Any] = env_values_by_name(self.env)
+            mask_secret(values)
 
     # -- collaborators ------------------------------------------------------------------------------
 
