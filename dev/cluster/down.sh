@@ -40,7 +40,12 @@ for supervisor in "$PID_DIR"/*.supervisor.pid; do
   fi
   rm -f "$supervisor"
 done
-stop_group kueue trainer jobset mpi-operator training-operator kwok kube-scheduler kube-controller-manager
+stop_group kueue trainer jobset mpi-operator training-operator node-runner kwok kube-scheduler kube-controller-manager
 stop_group kube-apiserver
 stop_group etcd
+# The executing node's network: its pods' namespaces (gone with the runner, unless it was killed),
+# the bridge, and the unreachable routes.
+for ns in $(ip netns list 2>/dev/null | awk '/^dtpod-/ {print $1}'); do ip netns delete "$ns" 2>/dev/null || true; done
+ip link delete dtbr0 2>/dev/null || true
+for cidr in "${UNREACHABLE_CIDRS[@]}"; do ip route delete unreachable "$cidr" 2>/dev/null || true; done
 log "cluster down ($stopped process(es) stopped)"

@@ -24,6 +24,7 @@ DEVCLUSTER_ETCD_PEER_PORT="${DEVCLUSTER_ETCD_PEER_PORT:-12380}"
 DEVCLUSTER_CONTROLLER_MANAGER_PORT="${DEVCLUSTER_CONTROLLER_MANAGER_PORT:-10257}"
 DEVCLUSTER_SCHEDULER_PORT="${DEVCLUSTER_SCHEDULER_PORT:-10259}"
 DEVCLUSTER_KUBELET_PORT="${DEVCLUSTER_KUBELET_PORT:-10250}"    # kwok's fake kubelet API (pod logs, healthz)
+DEVCLUSTER_EXEC_KUBELET_PORT="${DEVCLUSTER_EXEC_KUBELET_PORT:-10251}"  # the executing node's runner (pod logs, healthz)
 DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT="${DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT:-18080}"
 DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT="${DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT:-18081}"
 DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT="${DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT:-19443}"
@@ -47,11 +48,16 @@ component_version() {
     jobset) echo "$JOBSET_VERSION" ;;
     trainer) echo "$TRAINER_VERSION" ;;
     kueue) echo "$KUEUE_VERSION" ;;
+    node-runner) echo "local" ;;
     *) echo "unknown component $1" >&2; return 1 ;;
   esac
 }
 
-component_bin() { echo "$BIN_CACHE/$1-$(component_version "$1")"; }
+# The executing node's runner is Python (standard library only) run by the machine's interpreter.
+NODE_RUNNER_PYTHON=/usr/bin/python3
+component_bin() {
+  if [ "$1" = node-runner ]; then echo "$NODE_RUNNER_PYTHON"; else echo "$BIN_CACHE/$1-$(component_version "$1")"; fi
+}
 
 ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok training-operator mpi-operator jobset trainer kueue)
 
@@ -62,7 +68,16 @@ log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*"; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Processes started by up.sh, in start order (down.sh stops them in reverse).
-PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok training-operator mpi-operator jobset trainer kueue)
+PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok node-runner training-operator mpi-operator jobset trainer kueue)
+# kwok's two nodes and the executing node (dev/cluster/noderunner)
+NODE_COUNT=3
+EXEC_NODE=disttrain-exec-0
+# The executing node's pod range (a host bridge, dtbr0), and what must never leave the machine: the
+# Service range (no kube-proxy: a ClusterIP leads nowhere), kwok's simulated pod addresses (kwok's
+# default --cidr) and the rest of the executing node's /16.
+EXEC_POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.96.0.0/16
+UNREACHABLE_CIDRS=("$SERVICE_CIDR" 10.0.0.0/24 10.244.0.0/16)
 
 kc() { "$(component_bin kubectl)" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 

@@ -63,6 +63,9 @@ issue webhook-serving "/CN=disttrain-devcluster-webhooks" "DNS:localhost,IP:127.
 CA=front-proxy-ca issue front-proxy-client "/CN=front-proxy-client"
 # kwok's fake kubelet endpoint (pod logs)
 issue kwok-kubelet "/CN=kwok-kubelet" "DNS:localhost,IP:127.0.0.1"
+# The executing node's runner (dev/cluster/noderunner): full rights like kwok, and its kubelet endpoint.
+issue node-runner "/O=system:masters/CN=disttrain-node-runner"
+issue node-runner-kubelet "/CN=disttrain-exec-0" "DNS:localhost,IP:127.0.0.1"
 
 if [ ! -f sa.key ]; then
   openssl genrsa -out sa.key 2048 >/dev/null 2>&1

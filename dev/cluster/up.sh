@@ -21,7 +21,7 @@ for p in "${PROCESSES[@]}"; do
   if running_pid "$p" >/dev/null; then alive+=("$p"); fi
 done
 if [ ${#alive[@]} -eq ${#PROCESSES[@]} ] && apiserver_ready \
-   && [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 2 ] \
+   && [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge "$NODE_COUNT" ] \
    && controllers_ready; then
   log "cluster already up and healthy (KUBECONFIG=$KUBECONFIG_FILE)"
   exit 0
@@ -44,6 +44,7 @@ fi
 busy=()
 for port in "$DEVCLUSTER_ETCD_PORT" "$DEVCLUSTER_ETCD_PEER_PORT" "$DEVCLUSTER_APISERVER_PORT" \
             "$DEVCLUSTER_CONTROLLER_MANAGER_PORT" "$DEVCLUSTER_SCHEDULER_PORT" "$DEVCLUSTER_KUBELET_PORT" \
+            "$DEVCLUSTER_EXEC_KUBELET_PORT" \
             "$DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT" "$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT" \
             "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" "$MPI_OPERATOR_HEALTH_PORT" \
             "$DEVCLUSTER_JOBSET_HEALTH_PORT" "$DEVCLUSTER_JOBSET_WEBHOOK_PORT" \
@@ -116,6 +117,39 @@ wait_for() {
 log_has() { grep -q "$2" "$LOG_DIR/$1.log"; }
 http_ok() { curl -sf --max-time 2 "$1" >/dev/null; }
 https_ok() { curl -skf --max-time 2 "$1" >/dev/null; }
+node_runner_ok() {
+  curl -sf --max-time 2 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" \
+    "https://127.0.0.1:$DEVCLUSTER_EXEC_KUBELET_PORT/healthz" >/dev/null
+}
+
+# The node runner's configuration (dev/cluster/noderunner/__main__.py reads it).
+render_node_runner_config() {
+  local unreachable
+  unreachable="$(printf '"%s",' "${UNREACHABLE_CIDRS[@]}")"
+  cat <<EOF
+{
+  "node_name": "$EXEC_NODE",
+  "apiserver_port": $DEVCLUSTER_APISERVER_PORT,
+  "kubelet_port": $DEVCLUSTER_EXEC_KUBELET_PORT,
+  "ca": "$PKI_DIR/ca.crt",
+  "client_cert": "$PKI_DIR/node-runner.crt",
+  "client_key": "$PKI_DIR/node-runner.key",
+  "serving_cert": "$PKI_DIR/node-runner-kubelet.crt",
+  "serving_key": "$PKI_DIR/node-runner-kubelet.key",
+  "pod_cidr": "$EXEC_POD_CIDR",
+  "unreachable": [${unreachable%,}],
+  "state_dir": "$DEVCLUSTER_DIR/node",
+  "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
+  "image_env": {"PATH": "$IMAGE_DIR/bin:$IMAGE_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+  "image_mounts": [
+    {"source": "$IMAGE_DIR/workspace", "target": "/workspace", "read_only": true},
+    {"source": "$IMAGE_DIR/ssh_config", "target": "/etc/ssh/ssh_config.d/disttrain-image.conf", "read_only": true}
+  ],
+  "backoff_seconds": 1,
+  "max_backoff_seconds": 10
+}
+EOF
+}
 
 # ----------------------------------------------------------------------- etcd
 if [ "${DEVCLUSTER_KEEP_DATA:-0}" != 1 ]; then rm -rf "$DEVCLUSTER_DIR/etcd"; fi
@@ -141,7 +175,8 @@ start kube-apiserver \
   --service-account-key-file "$PKI_DIR/sa.pub" \
   --service-account-signing-key-file "$PKI_DIR/sa.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
-  --service-cluster-ip-range 10.96.0.0/16 \
+  --service-cluster-ip-range "$SERVICE_CIDR" \
+  --enable-admission-plugins PodNodeSelector,PodTolerationRestriction \
   --endpoint-reconciler-type none \
   --kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt" \
   --kubelet-client-key "$PKI_DIR/apiserver-kubelet-client.key" \
@@ -209,6 +244,15 @@ start kwok \
   --node-lease-duration-seconds 40 \
   --server-address "127.0.0.1:$DEVCLUSTER_KUBELET_PORT" \
   --tls-cert-file "$PKI_DIR/kwok-kubelet.crt" --tls-private-key-file "$PKI_DIR/kwok-kubelet.key"
+
+# ------------------------------------------------------------ executing node
+# Pods bound to $EXEC_NODE run for real (see "The executing node" in dev/cluster/README.md).
+"$CLUSTER_SRC_DIR/node-image.sh"
+# shellcheck source=/dev/null
+source "$DEVCLUSTER_DIR/node-image.env"
+log "starting the executing node $EXEC_NODE (kubelet endpoint 127.0.0.1:$DEVCLUSTER_EXEC_KUBELET_PORT, pods $EXEC_POD_CIDR)"
+render_node_runner_config >"$DEVCLUSTER_DIR/node-runner.json"
+PYTHONPATH="$CLUSTER_SRC_DIR" start node-runner -m noderunner --config "$DEVCLUSTER_DIR/node-runner.json"
 
 # -------------------------------------------- namespaces, CRDs, secret, nodes
 TO_DIR="$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")"
@@ -291,12 +335,13 @@ kc apply -f "$DEVCLUSTER_DIR/webhooks.yaml" >>"$LOG_DIR/apply.log" 2>&1 \
   || { tail -n 20 "$LOG_DIR/apply.log" >&2; die "registering the webhooks failed"; }
 
 # ----------------------------------------------------------------------- wait
-nodes_ready() { [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 2 ]; }
+nodes_ready() { [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge "$NODE_COUNT" ]; }
 default_sa() { kc -n default get serviceaccount default; }
 wait_for kube-controller-manager "kube-controller-manager /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_CONTROLLER_MANAGER_PORT/healthz"
 wait_for kube-scheduler "kube-scheduler /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_SCHEDULER_PORT/healthz"
 wait_for kwok "kwok /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_KUBELET_PORT/healthz"
-wait_for kwok "2 nodes Ready" nodes_ready
+wait_for node-runner "node runner /healthz" node_runner_ok
+wait_for kwok "$NODE_COUNT nodes Ready (kwok's two, $EXEC_NODE)" nodes_ready
 wait_for kube-controller-manager "ServiceAccount default/default" default_sa
 wait_for training-operator "training-operator /readyz" http_ok "http://127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT/readyz"
 wait_for training-operator "training-operator pytorchjob controller workers" log_has training-operator 'Starting workers.*pytorchjob'

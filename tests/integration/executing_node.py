@@ -1,0 +1,53 @@
+"""Steering a test namespace's pods to the local cluster's executing node (dev/cluster/noderunner).
+
+The executing node carries the taint ``disttrain.dev/executing=true:NoSchedule``, so no pod lands on it
+by accident. A namespace annotated here gets, through the API server's PodNodeSelector and
+PodTolerationRestriction admission plugins, a node selector and a toleration on every pod created in
+it: the DAGs and manifests under test stay as users write them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+EXEC_NODE = "disttrain-exec-0"
+EXEC_LABEL = "disttrain.dev/executing"
+NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
+TOLERATIONS_ANNOTATION = "scheduler.alpha.kubernetes.io/defaultTolerations"
+TOLERATION = {"key": EXEC_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def steer_to_executing_node(core_v1: Any, namespace: str) -> None:
+    annotations = {NODE_SELECTOR_ANNOTATION: f"{EXEC_LABEL}=true", TOLERATIONS_ANNOTATION: json.dumps([TOLERATION])}
+    core_v1.patch_namespace(namespace, {"metadata": {"annotations": annotations}})
+
+
+def wait_for_pod(
+    core_v1: Any, namespace: str, name: str, predicate: Callable[[Any], bool], timeout: float = 60, what: str = ""
+) -> Any:
+    """The pod once ``predicate(pod)`` holds; fails with the pod's last status otherwise."""
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = time.monotonic() + timeout
+    pod = None
+    while time.monotonic() < deadline:
+        try:
+            pod = core_v1.read_namespaced_pod(name, namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            pod = None
+        if pod is not None and predicate(pod):
+            return pod
+        time.sleep(0.3)
+    status = pod.status.to_dict() if pod is not None else "no such pod"
+    raise AssertionError(
+        f"pod {namespace}/{name}: timed out after {timeout}s waiting for {what or predicate}: {status}"
+    )
+
+
+def finished(pod: Any) -> bool:
+    return pod.status.phase in ("Succeeded", "Failed")
