@@ -64,6 +64,16 @@ ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubec
 # Source dir of a Go module version in the module cache (downloads it if needed).
 module_dir() { (cd / && GOFLAGS= go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'); }
 
+# Closes every file descriptor above 2 of the calling subshell, so that a daemon started from it
+# inherits none: `flock /tmp/disttrain-cluster.lock make cluster-up` would otherwise leave the lock's
+# descriptor open in every cluster process, holding the lock for as long as the cluster runs.
+close_inherited_fds() {
+  local fd
+  for fd in $(ls "/proc/$BASHPID/fd"); do
+    if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+  done
+}
+
 log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*"; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 

@@ -21,7 +21,7 @@ if kill -0 "$pid" 2>/dev/null; then die "$name (pid $pid) did not stop"; fi
 sleep "$downtime"
 
 log "starting $name again"
-env -i "${environ[@]}" setsid "${argv[@]}" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+(close_inherited_fds; exec env -i "${environ[@]}" setsid "${argv[@]}") </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
 echo $! >"$PID_DIR/$name.pid"
 if [ "$name" = kube-apiserver ]; then
   for _ in $(seq 1 600); do apiserver_ready && break; sleep 0.1; done

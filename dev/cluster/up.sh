@@ -74,7 +74,7 @@ start() {
   local name="$1"; shift
   local bin; bin="$(component_bin "$name")"
   : >"$LOG_DIR/$name.log"
-  setsid "$bin" "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+  (close_inherited_fds; exec setsid "$bin" "$@") </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
   echo $! >"$PID_DIR/$name.pid"
   # $! is setsid until it has exec'd the binary: on a loaded machine running_pid would read argv0
   # "setsid" and take the component for dead. Wait (at most 5 s) until the exec has happened.
@@ -90,7 +90,7 @@ supervise() {
   local name="$1"; shift
   local bin; bin="$(component_bin "$name")"
   : >"$LOG_DIR/$name.log"
-  PIDFILE="$PID_DIR/$name.pid" setsid bash -c '
+  (close_inherited_fds; PIDFILE="$PID_DIR/$name.pid" exec setsid bash -c '
     trap "kill \$child 2>/dev/null; exit 0" TERM
     while :; do
       "$@" & child=$!
@@ -98,7 +98,7 @@ supervise() {
       wait "$child" || true
       echo "[devcluster supervisor] $1 exited; restarting in 1 s"
       sleep 1
-    done' supervisor "$bin" "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+    done' supervisor "$bin" "$@") </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
   echo $! >"$PID_DIR/$name.supervisor.pid"
   for _ in $(seq 1 50); do [ -s "$PID_DIR/$name.pid" ] && break; sleep 0.1; done
 }

@@ -48,7 +48,8 @@ def python_pod(name: str, script: str, restart_policy: str = "Never", **spec: An
 
 
 def logs(core: Any, namespace: str, name: str, **kwargs: Any) -> str:
-    return str(core.read_namespaced_pod_log(name, namespace, **kwargs))
+    """The raw log (the client would turn a log that is one JSON object into its Python repr)."""
+    return str(core.read_namespaced_pod_log(name, namespace, _preload_content=False, **kwargs).data.decode())
 
 
 def test_pods_in_separate_network_namespaces_talk_tcp_by_cluster_names(core, executing):
@@ -206,7 +207,7 @@ def test_env_volumes_and_init_containers_reach_the_process_and_its_outcome_reach
     core.create_namespaced_config_map(
         executing, {"metadata": {"name": "settings"}, "data": {"lr": "0.1", "hostfile": "w-0 slots=2\n"}}
     )
-    core.create_namespaced_secret(executing, {"metadata": {"name": "token"}, "string_data": {"key": "s3cr3t"}})
+    core.create_namespaced_secret(executing, {"metadata": {"name": "token"}, "stringData": {"key": "s3cr3t"}})
     main = """
         import json, os
         report = {

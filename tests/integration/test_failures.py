@@ -55,7 +55,11 @@ def test_unschedulable_job_times_out_with_the_schedulers_message_and_is_deleted(
     output = "".join(capfd.readouterr())
     assert "JobTimeoutError" in output
     assert "did not start within startup_timeout" in output
-    assert "Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu" in output
+    # Two kwok nodes without enough GPUs, and the executing node (dev/cluster/noderunner), tainted.
+    assert (
+        "Unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient nvidia.com/gpu"
+        in output
+    )
     assert "was deleted (delete_on_timeout=True)" in output
     jobs.wait_for(lambda: jobs.get("pytorchjobs", namespace, job_name) is None, timeout=30, what="job deletion")
     jobs.wait_for(lambda: not jobs.pods(namespace, job_name), timeout=60, what="pod garbage collection")

@@ -218,7 +218,11 @@ def test_an_unschedulable_trainjob_times_out_with_the_scheduler_s_message_and_is
     output = "".join(capfd.readouterr())
     assert "JobTimeoutError" in output
     assert f"TrainJob {namespace}/{name} did not start within startup_timeout" in output
-    assert "Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu" in output
+    # Two kwok nodes without enough GPUs, and the executing node (dev/cluster/noderunner), tainted.
+    assert (
+        "Unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient nvidia.com/gpu"
+        in output
+    )
     assert "was deleted (delete_on_timeout=True)" in output
     trainjobs.wait_for(lambda: trainjobs.get(namespace, name) is None, timeout=30, what="TrainJob deletion")
 

@@ -69,7 +69,7 @@ def resource_value(container: dict[str, Any], ref: dict[str, Any], node_capacity
     kind, _, name = ref["resource"].partition(".")
     declared = ((container.get("resources") or {}).get(kind) or {}).get(name)
     amount = quantity(str(declared if declared is not None else node_capacity.get(name, "0")))
-    divisor = quantity(str(ref.get("divisor") or "1"))
+    divisor = quantity(str(ref.get("divisor") or "1")) or Decimal(1)  # the API server defaults it to "0"
     return str(int((amount / divisor).to_integral_value(rounding=ROUND_CEILING)))
 
 

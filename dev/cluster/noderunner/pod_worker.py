@@ -145,8 +145,14 @@ class PodWorker(threading.Thread):
             else:
                 self._run_pod()
             self._wait_for_deletion()
-        except Exception:
+        except Exception as error:
             log.error("pod %s/%s: %s", self.namespace, self.pod_name, traceback.format_exc())
+            # Said in the pod's status rather than left Pending without a reason.
+            self.pod_reason, self.pod_message = "NodeRunnerError", f"the executing node failed this pod: {error!r}"
+            self._stop_all(grace=0)
+            self.phase = "Failed"
+            self._report()
+            self._wait_for_deletion()
         finally:
             self._stop_all(grace=0)
             self._remove_sandbox()
@@ -509,6 +515,8 @@ class PodWorker(threading.Thread):
             "initContainerStatuses": [c.status() for c in self.init_containers],
             "containerStatuses": [c.status() for c in self.containers],
         }
+        if self.pod_reason:
+            status["reason"], status["message"] = self.pod_reason, self.pod_message
         if self.address:
             status["podIP"] = self.address
             status["podIPs"] = [{"ip": self.address}]

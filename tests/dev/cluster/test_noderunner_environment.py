@@ -69,3 +69,9 @@ def test_command_and_args_are_expanded():
         "3",
     ]
     assert expand("$(MISSING)", env) == "$(MISSING)"
+
+
+def test_a_resource_reference_with_the_api_servers_default_divisor_counts_whole_units():
+    cpu = {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "0"}}}
+    assert environment({"env": [cpu], "resources": {"limits": {"cpu": "1500m"}}})["CPU"] == "2"
+    assert environment({"env": [cpu]})["CPU"] == "32"  # no limit: the node's allocatable
