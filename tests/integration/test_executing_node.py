@@ -172,10 +172,18 @@ def test_a_killed_container_is_restarted_and_its_restart_count_rises(core, execu
     )
     core.create_namespaced_pod(executing, pod)
     pids = tmp_path / "pids"
-    deadline = time.monotonic() + 60
-    while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    first_pid = int(pids.read_text().split()[0])
+
+    def started(runs: int) -> list[int]:
+        """The pids of the first ``runs`` runs, once each has written its own."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            written = [int(pid) for pid in pids.read_text().split()] if pids.exists() else []
+            if len(written) >= runs:
+                return written
+            time.sleep(0.2)
+        raise AssertionError(f"fewer than {runs} runs wrote their pid to {pids}")
+
+    first_pid = started(1)[0]
     os.kill(first_pid, signal.SIGKILL)
 
     def running_again(pod: Any) -> bool:
@@ -187,7 +195,7 @@ def test_a_killed_container_is_restarted_and_its_restart_count_rises(core, execu
     assert status.last_state.terminated.exit_code == 137
     assert status.last_state.terminated.reason == "Error"
     assert restarted.status.phase == "Running"
-    second_pid = int(pids.read_text().split()[1])
+    second_pid = started(2)[1]
     assert second_pid != first_pid
     assert logs(core, executing, "sleeper", previous=True).strip() == f"started as {first_pid}"
     assert logs(core, executing, "sleeper").strip() == f"started as {second_pid}"

@@ -76,6 +76,9 @@ def _secret(get: Getter, namespace: str, name: str, optional: bool) -> dict[str,
     return {key: base64.b64decode(value) for key, value in (found.get("data") or {}).items()}
 
 
+KEYED_SOURCES = {"configMap": _config_map, "secret": _secret}
+
+
 def _downward(pod: dict[str, Any], items: list[dict[str, Any]]) -> tuple[dict[str, bytes], dict[str, int]]:
     files, modes = {}, {}
     for item in items:
@@ -93,18 +96,13 @@ def _projected(
     files: dict[str, bytes] = {}
     modes: dict[str, int] = {}
     for source in volume.get("sources") or []:
-        if "configMap" in source:
-            ref = source["configMap"]
-            data = _config_map(get, namespace, ref["name"], bool(ref.get("optional")))
+        keyed = next(((key, fetch) for key, fetch in KEYED_SOURCES.items() if key in source), None)
+        if keyed is not None:
+            key, fetch = keyed
+            ref = source[key]
+            data = fetch(get, namespace, ref["name"], bool(ref.get("optional")))
             if data is not None:
-                more, more_modes = _keyed(data, ref, f'configmap "{ref["name"]}"')
-                files.update(more)
-                modes.update(more_modes)
-        elif "secret" in source:
-            ref = source["secret"]
-            data = _secret(get, namespace, ref["name"], bool(ref.get("optional")))
-            if data is not None:
-                more, more_modes = _keyed(data, ref, f'secret "{ref["name"]}"')
+                more, more_modes = _keyed(data, ref, f'{key.lower()} "{ref["name"]}"')
                 files.update(more)
                 modes.update(more_modes)
         elif "downwardAPI" in source:
