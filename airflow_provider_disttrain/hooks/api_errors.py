@@ -9,6 +9,8 @@ for a create means "your job already exists" and must not be retried blindly.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import ssl
 from collections.abc import Iterator
 from typing import Any
@@ -100,9 +102,26 @@ def raise_for_access(error: BaseException, what: str) -> None:
     if status == 401:
         raise ClusterAccessError(f"{what}: the API server rejected the credentials (401 Unauthorized)") from error
     if status == 403:
+        message = status_message(error)
         reason = getattr(error, "reason", "") or ""
-        body = str(getattr(error, "body", "") or "")[:300]
+        if _ADMISSION_REFUSAL.search(message):
+            # Not RBAC: an admission webhook (that refused no field), a ResourceQuota, a namespace going away.
+            raise ClusterAccessError(f"{what}: refused (403 {reason}) by the cluster's admission: {message}") from error
         raise ClusterAccessError(
-            f"{what}: forbidden (403 {reason}); the connection's service account lacks RBAC "
-            f"permission (see the README's Role). API said: {body}"
+            f"{what}: forbidden (403 {reason}); the connection's service account lacks RBAC permission "
+            f"(see the README's Role). API said: {message}"
         ) from error
+
+
+# 403s that the authorizer did not send: admission (webhooks, quota, namespace lifecycle) refuses with 403 too.
+_ADMISSION_REFUSAL = re.compile(r"admission webhook|exceeded quota|because it is being terminated")
+
+
+def status_message(error: BaseException) -> str:
+    """The ``message`` of the API server's Status body, whole (the body itself when it is not JSON)."""
+    body = getattr(error, "body", None) or ""
+    try:
+        parsed = json.loads(body)
+    except (TypeError, ValueError):
+        return str(body)
+    return str(parsed.get("message") or body) if isinstance(parsed, dict) else str(body)

@@ -79,11 +79,12 @@ class TrainingJobHook(KubernetesHook):
         try:
             return self._create(kind, manifest, namespace, dry_run)
         except Exception as error:
+            # A refused spec first: an admission webhook refuses with 403, like RBAC does.
+            if refused := field_error(error, f"create {kind.kind} {namespace}/{name}"):
+                raise refused from error
             raise_for_access(error, f"create {kind.kind} {namespace}/{name}")
             if api_status(error) == 409:
                 raise JobAlreadyExistsError(f"{kind.kind} {namespace}/{name} already exists") from error
-            if refused := field_error(error, f"create {kind.kind} {namespace}/{name}"):
-                raise refused from error
             raise
 
     @retry_transient()
@@ -146,9 +147,9 @@ class TrainingJobHook(KubernetesHook):
                 field_validation="Strict",
             )
         except Exception as error:
-            raise_for_access(error, f"patch {kind.kind} {namespace}/{name}")
             if refused := field_error(error, f"patch {kind.kind} {namespace}/{name}"):
                 raise refused from error
+            raise_for_access(error, f"patch {kind.kind} {namespace}/{name}")
             raise
 
     @retry_transient()

@@ -105,3 +105,69 @@ def test_a_type_error_from_an_admission_webhook_names_the_field():
     assert error is not None
     assert error.field == "spec.runPolicy.backoffLimit"
     assert error.problem.startswith("must be of type int32, not string; an admission webhook refused to create")
+
+
+# -- admission webhooks (controller-runtime validators refuse with 403) ----------------------------------------
+
+TRAINER_REASON = (
+    'spec.runtimeRef: Invalid value: {"name":"torch-distributed-with-initializers","apiGroup":'
+    '"trainer.kubeflow.org","kind":"ClusterTrainingRuntime"}: must have volumeMount with name - initializer '
+    "in container dataset-initializer of the dataset-initializer job"
+)
+
+
+def denied(webhook: str, reason: str) -> dict:
+    """The Status the API server sends for a webhook's ``allowed: false`` with code 403 (controller-runtime's)."""
+    message = f'admission webhook "{webhook}" denied the request: {reason}'
+    return {"kind": "Status", "status": "Failure", "message": message, "reason": "Forbidden", "code": 403}
+
+
+@pytest.mark.parametrize(
+    ("webhook", "reason", "field"),
+    [
+        (
+            "validator.pytorchjob.training-operator.kubeflow.org",
+            "spec.elasticPolicy.nProcPerNode: Forbidden: must not be used with spec.nprocPerNode",
+            "spec.elasticPolicy.nProcPerNode",
+        ),
+        (
+            "validator.pytorchjob.training-operator.kubeflow.org",
+            "[spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1, "
+            "spec.pytorchReplicaSpecs[Worker]: Required value: must be configured if elastic policy is used]",
+            "spec.pytorchReplicaSpecs[Master].replicas",
+        ),
+        ("validator.trainjob.trainer.kubeflow.org", TRAINER_REASON, "spec.runtimeRef"),
+        ("policy.example.com", "images from docker.io are not allowed", "spec"),
+    ],
+    ids=["training-operator", "aggregated", "trainer", "no-field"],
+)
+def test_an_admission_webhooks_403_is_an_invalid_spec_with_its_whole_reason(webhook, reason, field):
+    error = field_error(refusal(403, denied(webhook, reason)), "create PyTorchJob ml/x")
+
+    assert error is not None
+    assert error.field == field
+    assert error.problem == f"the admission webhook {webhook} refused to create PyTorchJob ml/x: {reason}"
+
+
+def test_a_long_webhook_reason_is_kept_whole():
+    reasons = [
+        f"spec.pytorchReplicaSpecs[Worker].template.spec.containers[{i}].image: Required value" for i in range(6)
+    ]
+    reason = "[" + ", ".join(reasons) + "]"
+    assert len(reason) > 300
+
+    error = field_error(refusal(403, denied("validator.pytorchjob.training-operator.kubeflow.org", reason)), "patch x")
+
+    assert error is not None
+    assert error.problem.endswith(reason)
+    assert error.field == "spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].image"
+
+
+def test_an_rbac_403_is_no_invalid_spec():
+    message = (
+        'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:ml:af" cannot create resource '
+        '"pytorchjobs" in API group "kubeflow.org" in the namespace "ml"'
+    )
+    body = {"kind": "Status", "status": "Failure", "message": message, "reason": "Forbidden", "code": 403}
+
+    assert field_error(refusal(403, body), "create PyTorchJob ml/x") is None

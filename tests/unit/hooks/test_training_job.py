@@ -119,7 +119,11 @@ def test_create_conflict_is_job_already_exists_and_not_retried(hook: TrainingJob
 
 
 def test_create_forbidden_names_the_request_and_rbac(hook: TrainingJobHook, custom: MagicMock) -> None:
-    body = json.dumps({"message": 'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:ml:af"'})
+    message = (
+        'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:ml:af" cannot create resource '
+        '"pytorchjobs" in API group "kubeflow.org" in the namespace "ml"'
+    )
+    body = json.dumps({"message": message})
     custom.create_namespaced_custom_object.side_effect = api_error(403, "Forbidden", body)
 
     with pytest.raises(ClusterAccessError) as raised:
@@ -167,6 +171,49 @@ def test_get_job_reads_the_named_object(hook: TrainingJobHook, custom: MagicMock
     custom.get_namespaced_custom_object.assert_called_once_with(
         group="kubeflow.org", version="v1", namespace="ml", plural="pytorchjobs", name="train-abc"
     )
+
+
+WEBHOOK_DENIAL = json.dumps(
+    {
+        "kind": "Status",
+        "status": "Failure",
+        "code": 403,
+        "reason": "Forbidden",
+        "message": 'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" denied the request: '
+        "spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1",
+    }
+)
+
+
+def test_an_admission_webhooks_refusal_of_a_create_is_an_invalid_spec_not_rbac(
+    hook: TrainingJobHook, custom: MagicMock
+) -> None:
+    custom.create_namespaced_custom_object.side_effect = api_error(403, "Forbidden", WEBHOOK_DENIAL)
+
+    with pytest.raises(InvalidJobSpecError) as raised:
+        hook.create_job("PyTorchJob", MANIFEST, "ml")
+
+    assert raised.value.field == "spec.pytorchReplicaSpecs[Master].replicas"
+    assert "must be 1" in raised.value.problem
+    assert "RBAC" not in str(raised.value)
+
+
+def test_an_admission_webhooks_refusal_of_a_patch_is_an_invalid_spec(hook: TrainingJobHook, custom: MagicMock) -> None:
+    custom.patch_namespaced_custom_object.side_effect = api_error(403, "Forbidden", WEBHOOK_DENIAL)
+
+    with pytest.raises(InvalidJobSpecError, match="patch PyTorchJob ml/train-abc"):
+        hook.patch_job("PyTorchJob", "train-abc", "ml", {"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 2}}}})
+
+
+def test_a_403_of_a_quota_says_admission_not_rbac(hook: TrainingJobHook, custom: MagicMock) -> None:
+    message = 'pytorchjobs.kubeflow.org "train-abc" is forbidden: exceeded quota: ml-quota, requested: count=1'
+    custom.create_namespaced_custom_object.side_effect = api_error(403, "Forbidden", json.dumps({"message": message}))
+
+    with pytest.raises(ClusterAccessError) as raised:
+        hook.create_job("PyTorchJob", MANIFEST, "ml")
+
+    assert "RBAC" not in str(raised.value)
+    assert message in str(raised.value)
 
 
 def test_get_job_not_found_is_none(hook: TrainingJobHook, custom: MagicMock) -> None:
