@@ -24,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from airflow_provider_disttrain import clock as clocks
+from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.logs import LogCursor, leader_pods, new_lines
 
@@ -96,6 +97,8 @@ class LeaderLogFollower:
 
     :param cluster: the triggerer's ``ClusterClient`` of the job's cluster.
     :param read_job: reads the job (with its annotations), e.g. ``Subscription.read``.
+    :param clock: wall time for ``sinceSeconds``, the byte budget and the saving cadence (the
+        running loop's clock by default).
     """
 
     def __init__(
@@ -108,7 +111,7 @@ class LeaderLogFollower:
         read_job: Callable[[], Awaitable[Mapping[str, Any] | None]],
         *,
         bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | None = None,
     ) -> None:
         self.cluster = cluster
         self.kind = kind
@@ -117,7 +120,7 @@ class LeaderLogFollower:
         self.log = log
         self.read_job = read_job
         self.budget = ByteBudget(bytes_per_second)
-        self.clock = clock
+        self.clock = clock or clocks.current()
         self.pod: str | None = None
         self.cursor: LogCursor | None = None
         self.lines_written = 0
@@ -147,7 +150,7 @@ class LeaderLogFollower:
                 self._note_once(type(error).__name__, f"Could not follow the leader's log ({error!r}); retrying")
             # A stream that brought nothing new (no leader pod yet, a refused request) is retried less often.
             attempt = 0 if self.lines_written > written else attempt + 1
-            await asyncio.sleep(_RETRY_SECONDS[min(attempt, len(_RETRY_SECONDS) - 1)])
+            await self.clock.sleep(_RETRY_SECONDS[min(attempt, len(_RETRY_SECONDS) - 1)])
 
     async def stop(self) -> None:
         """Record the final position (the trigger is ending); never raises."""
@@ -181,7 +184,7 @@ class LeaderLogFollower:
             options: dict[str, Any] = {"container": container, "follow": True, "timestamps": True}
             if self.cursor is not None:
                 # A second early (whole seconds), so no line at the cursor's time is missed; new_lines skips.
-                options["since_seconds"] = max(1, math.ceil(self.clock() - self.cursor.at / _NANOSECONDS) + 1)
+                options["since_seconds"] = max(1, math.ceil(self.clock.wall() - self.cursor.at / _NANOSECONDS) + 1)
             # A followed log stays open while the container runs, and a training may print nothing for
             # long: no total or read timeout (the cncf client would put 60 s on a request given none).
             stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
@@ -201,7 +204,7 @@ class LeaderLogFollower:
     def _write(self, line: str) -> None:
         texts, cursor = new_lines(self.cursor, [line])
         self.cursor = cursor or self.cursor
-        now = self.clock()
+        now = self.clock.wall()
         for text in texts:
             size = len(text.encode())
             if self.budget.take(size, now):
@@ -218,7 +221,7 @@ class LeaderLogFollower:
         """One note per second of dropping (or at the end of a stream) with what was left out."""
         if not self._dropped_lines or self._dropped_since is None:
             return
-        if not force and self.clock() - self._dropped_since < 1.0:
+        if not force and self.clock.wall() - self._dropped_since < 1.0:
             return
         self.log.warning(
             "[%s] %d log lines (%d bytes) left out: over stream_logs' %d bytes per second",
@@ -234,7 +237,7 @@ class LeaderLogFollower:
         if self.pod is None or self.cursor is None:
             return
         value = encode_position(self.pod, self.cursor)
-        now = self.clock()
+        now = self.clock.wall()
         if value == self._saved or (not force and now - self._saved_at < SAVE_EVERY_SECONDS):
             return
         from kubernetes_asyncio import client

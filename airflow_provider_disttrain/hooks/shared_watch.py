@@ -33,12 +33,13 @@ import contextlib
 import json
 import logging
 import random
-import time
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_disttrain import clock as clocks
+from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, is_transient
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
@@ -79,7 +80,7 @@ class CachedJob:
 
 @dataclass(frozen=True)
 class WatchProblem:
-    """Why the watch cannot see the server right now, and since when (epoch seconds)."""
+    """Why the watch cannot see the server right now, and since when (the watch clock's monotonic seconds)."""
 
     error: BaseException
     since: float
@@ -154,8 +155,16 @@ class Subscription:
 class SharedWatch:
     """LIST + WATCH of one kind in one namespace, cached, with subscribers per job name."""
 
-    def __init__(self, key: WatchKey, kind: JobKind | ApiResource, cluster: ClusterClient, on_idle: Any) -> None:
+    def __init__(
+        self,
+        key: WatchKey,
+        kind: JobKind | ApiResource,
+        cluster: ClusterClient,
+        on_idle: Any,
+        clock: Clock | None = None,
+    ) -> None:
         self.key = key
+        self.clock = clock or clocks.current()
         self.kind = kind
         self.cluster = cluster
         self._on_idle = on_idle
@@ -248,7 +257,7 @@ class SharedWatch:
         must_list = True
         while True:
             generation = self.cluster.generation
-            started = time.monotonic()
+            started = self.clock.monotonic()
             try:
                 if must_list:
                     await self._list()
@@ -260,7 +269,7 @@ class SharedWatch:
                 raise
             except Exception as error:
                 status = api_status(error)
-                if time.monotonic() - started >= HEALTHY_WATCH_SECONDS:
+                if self.clock.monotonic() - started >= HEALTHY_WATCH_SECONDS:
                     failures = broken_watches = 0
                 failures += 1
                 if status == 410:
@@ -286,7 +295,7 @@ class SharedWatch:
                     self._set_problem(error, status, fatal=True)
                 delay = min(self._backoff_cap(), MIN_BACKOFF_SECONDS * 2 ** min(failures, 8))
                 log.debug("Watch %s failed (%r); retrying in %.1fs", self.key, error, delay)
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                await self.clock.sleep(delay * random.uniform(0.5, 1.0))
 
     async def _renew(self, generation: int) -> bool:
         log.info("Watch %s: the API server answered 401; renewing the credentials", self.key)
@@ -305,13 +314,13 @@ class SharedWatch:
     def _set_problem(self, error: BaseException | None, status: int | None = None, *, fatal: bool = False) -> None:
         if error is None:
             if self.problem is not None:
-                log.info("Watch %s works again after %.0fs", self.key, time.time() - self.problem.since)
+                log.info("Watch %s works again after %.0fs", self.key, self.clock.monotonic() - self.problem.since)
                 self.problem = None
                 self._notify()
             return
         if self.problem is None:  # once per episode, not per retry
             log.warning("Watch %s: %s; retrying with backoff", self.key, describe_error(error))
-        problem = WatchProblem(error, time.time(), status, fatal)
+        problem = WatchProblem(error, self.clock.monotonic(), status, fatal)
         if self.problem is not None and self.problem.denied == problem.denied:
             # The same kind of trouble goes on (an outage, or a refusal): it counts from its start.
             problem = WatchProblem(error, self.problem.since, status, fatal)
@@ -436,7 +445,8 @@ async def _raise_for_status(response: Any) -> None:
 class WatchRegistry:
     """The shared watches and cluster clients of one event loop (one triggerer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or clocks.current()
         self.clusters: dict[str, ClusterClient] = {}
         self.watches: dict[WatchKey, SharedWatch] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -456,8 +466,8 @@ class WatchRegistry:
         if watch is None:
             cluster = self.clusters.get(cluster_key)
             if cluster is None:
-                cluster = self.clusters[cluster_key] = ClusterClient(connection)
-            watch = self.watches[key] = SharedWatch(key, kind, cluster, self._forget)
+                cluster = self.clusters[cluster_key] = ClusterClient(connection, clock=self.clock.monotonic)
+            watch = self.watches[key] = SharedWatch(key, kind, cluster, self._forget, self.clock)
         return watch
 
     def _forget(self, watch: SharedWatch) -> None:
@@ -482,10 +492,11 @@ _registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchRegistry]
 
 
 def registry() -> WatchRegistry:
-    """The registry of the running event loop (the triggerer has one loop for all its triggers)."""
+    """The registry of the running event loop (the triggerer has one loop for all its triggers), on
+    that loop's clock."""
     loop = asyncio.get_running_loop()
     if loop not in _registries:
-        _registries[loop] = WatchRegistry()
+        _registries[loop] = WatchRegistry(clocks.current())
     return _registries[loop]
 
 

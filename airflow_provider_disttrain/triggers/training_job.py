@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_disttrain import clock as clocks
+from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.kinds import get_job_kind
@@ -130,6 +131,8 @@ class TrainingJobTrigger(BaseTrigger):
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
         self._progress = ProgressTracker()
+        self.clock: Clock | None = None
+        """What tells the time (deadlines, outage lengths); the running loop's clock unless set."""
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -152,6 +155,9 @@ class TrainingJobTrigger(BaseTrigger):
             },
         )
 
+    def _clock(self) -> Clock:
+        return self.clock or clocks.current()
+
     @property
     def ref(self) -> JobRef:
         return JobRef(self.kind, self.name, self.namespace, self.uid)
@@ -167,7 +173,7 @@ class TrainingJobTrigger(BaseTrigger):
         return check_job(
             self.ref,
             job,
-            now=time.time(),
+            now=self._clock().wall(),
             startup_deadline=self.startup_deadline,
             execution_deadline=self.execution_deadline,
             has_run=self._seen_running,
@@ -178,7 +184,7 @@ class TrainingJobTrigger(BaseTrigger):
     def _remaining(self, job: dict[str, Any] | None) -> float | None:
         return seconds_to_deadline(
             job_state(job) if job else None,
-            now=time.time(),
+            now=self._clock().wall(),
             startup_deadline=self.startup_deadline,
             execution_deadline=self.execution_deadline,
             has_run=self._seen_running or (job is not None and has_run(job)),
@@ -277,6 +283,7 @@ class TrainingJobTrigger(BaseTrigger):
             self.log,
             subscription.read,
             bytes_per_second=self.stream_logs_bytes_per_second,
+            clock=self._clock(),
         )
         self._log_task = asyncio.get_running_loop().create_task(self._log_follower.run())
 
@@ -293,7 +300,7 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _report_progress(self, job: Mapping[str, Any], waiting_reason: str | None = None) -> None:
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""
-        if line := self._progress.observe(job, now=time.time(), waiting_reason=waiting_reason):
+        if line := self._progress.observe(job, now=self._clock().wall(), waiting_reason=waiting_reason):
             self.log.info("%s: %s", self.ref.title, line)
 
     def _judge_problem(
@@ -305,7 +312,7 @@ class TrainingJobTrigger(BaseTrigger):
         error = problem.error
         if problem.fatal:
             return make_outcome(self.ref, ERROR, f"watching {self.ref.title} failed: {describe_error(error)}", job)
-        waited = time.time() - problem.since
+        waited = self._clock().monotonic() - problem.since
         if problem.denied:
             # A first refusal is final; after access worked, a restarted API server gets a grace.
             if had_access and waited < _ACCESS_DENIED_GRACE_SECONDS:
@@ -323,7 +330,7 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _check_deadline_unseen(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
         """The execution deadline still ends a wait whose job could not be read yet."""
-        if job is not None or self.execution_deadline is None or time.time() < self.execution_deadline:
+        if job is not None or self.execution_deadline is None or self._clock().wall() < self.execution_deadline:
             return None
         return make_outcome(
             self.ref, TIMEOUT, f"{self.ref.title} did not finish within the task's execution_timeout", None
@@ -331,10 +338,11 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _next_wake(self, problem: WatchProblem | None, job: dict[str, Any] | None) -> float | None:
         """Seconds until this trigger must look again even if nothing changes: its next deadline."""
-        waits = [self._remaining(job), self._progress.seconds_until_due(time.time())]
+        clock = self._clock()
+        waits = [self._remaining(job), self._progress.seconds_until_due(clock.wall())]
         if problem is not None and not problem.fatal:
             limit = _ACCESS_DENIED_GRACE_SECONDS if problem.denied else self.api_failure_tolerance
-            waits.append(max(0.0, problem.since + limit - time.time()) + 0.01)
+            waits.append(max(0.0, problem.since + limit - clock.monotonic()) + 0.01)
         known = [wait for wait in waits if wait is not None]
         return min(known) if known else None
 

@@ -1,13 +1,19 @@
-"""Shared fixtures of the unit tests: real manifests, job status objects and pods as YAML files."""
+"""Shared fixtures of the unit tests: real manifests, job status objects and pods as YAML files, a
+virtual clock, and a fake API server."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import looptime
 import pytest
 import yaml
+
+from airflow_provider_disttrain import clock
+from airflow_provider_disttrain.clock import LoopClock
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -51,13 +57,39 @@ def fixture_file() -> Callable[[str], Path]:
 
 
 @pytest.fixture
+async def virtual_clock() -> AsyncIterator[LoopClock]:
+    """Virtual time for the test: the event loop's clock, fast-forwarded by ``looptime``.
+
+    Whenever every task waits (a sleep, a timeout, a deadline) and no I/O is ready, the loop jumps to
+    its next timer instead of sleeping, so a 300 s deadline passes in microseconds and in order. The
+    provider's code reads the clock through ``airflow_provider_disttrain.clock.current()``, which this
+    fixture makes a ``LoopClock`` of the test's loop: ``wall()`` (epoch seconds, for deadlines),
+    ``monotonic()`` and ``sleep()`` all follow the virtual time. Assert on durations with
+    ``virtual_clock.monotonic()`` (exact: no scheduling noise), and make deadlines with
+    ``tests.unit.fakes.epoch(offset)``, which reads the same clock. Real I/O (the loopback API server,
+    a subprocess) still takes its real time; the loop never jumps while it is ready.
+    """
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, asyncio.BaseEventLoop)
+    patched = looptime.patch_event_loop(loop)  # a no-op where the looptime plugin patched it already
+    # Virtual time goes on from the loop's real time, so timers set before keep their order.
+    patched.setup_looptime(start=loop.time())
+    with patched.looptime_enabled(), clock.installed(LoopClock(loop), loop) as virtual:
+        yield virtual
+
+
+@pytest.fixture
 async def apiserver(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A fake Kubernetes API server on loopback (``tests/unit/fake_apiserver.py``), with short lingers."""
+    """A fake Kubernetes API server on loopback (``tests/unit/fake_apiserver.py``), with short lingers.
+
+    On the test's clock: a test module that uses ``virtual_clock`` (``pytestmark =
+    pytest.mark.usefixtures("virtual_clock")``, set up before this fixture) gets a server whose watch
+    timeouts and bookmarks are virtual too."""
     from airflow_provider_disttrain.hooks import shared_watch
     from tests.unit.fake_apiserver import FakeApiServer
 
     monkeypatch.setattr(shared_watch, "LINGER_SECONDS", 0.05)
-    server = FakeApiServer()
+    server = FakeApiServer(clock.current())
     await server.start()
     yield server
     await server.stop()

@@ -22,10 +22,12 @@ import asyncio
 import copy
 import json
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
+
+from airflow_provider_disttrain.clock import SYSTEM, Clock
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
@@ -47,9 +49,14 @@ def _matches(obj: Mapping[str, Any], label_selector: str, field_selector: str) -
 
 
 class FakeApiServer:
-    """Objects of any custom resource, kept by (namespace, plural, name), with a shared event log."""
+    """Objects of any custom resource, kept by (namespace, plural, name), with a shared event log.
 
-    def __init__(self) -> None:
+    :param clock: the wall clock that ``sinceSeconds`` of a log request counts back from (the
+        kubelet's); the tests pass their virtual clock.
+    """
+
+    def __init__(self, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.events: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, plural, type, object)
         self.resource_version = 100
@@ -290,7 +297,7 @@ class FakeApiServer:
         # Booleans as Go's strconv.ParseBool reads them (the Python clients send "True").
         follow, timestamps = (query.get(flag) in ("true", "True", "1") for flag in ("follow", "timestamps"))
         since = query.get("sinceSeconds")
-        oldest = datetime.now(timezone.utc).timestamp() - int(since) if since else None
+        oldest = self.clock.wall() - int(since) if since else None
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         self.open_log_streams += 1

@@ -17,11 +17,11 @@ import contextlib
 import copy
 import itertools
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider_disttrain import clock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
 from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, get_job_kind
@@ -521,8 +521,9 @@ class _InMemorySubscription:
 
 
 def epoch(offset: float = 0.0) -> float:
-    """Epoch seconds ``offset`` from now."""
-    return time.time() + offset
+    """Epoch seconds ``offset`` from now, on the running loop's clock (the virtual one in the trigger
+    tests, see ``virtual_clock``)."""
+    return clock.current().wall() + offset
 
 
 def with_hook(operator: Any, hook: Any) -> Any:

@@ -180,7 +180,9 @@ async def test_a_waiting_trigger_outlives_a_plugin_failing_in_the_rebuild(
     """Issue 15: the exec plugin failing once during the periodic rebuild ended every waiting trigger."""
     caplog.set_level(logging.WARNING)
     # Every lease finds the client due for its periodic rebuild (in production: every 10 minutes).
-    monkeypatch.setattr(shared_watch, "ClusterClient", lambda connection: ClusterClient(connection, max_age=0.0))
+    monkeypatch.setattr(
+        shared_watch, "ClusterClient", lambda connection, **options: ClusterClient(connection, max_age=0.0, **options)
+    )
     labels = {TASK_INSTANCE_LABEL: "t"}
     await apiserver.put(make_job("train-abc", "ml", uid="uid-1", status=running_status(), labels=labels))
     connection = exec_connection(apiserver, plugin)

@@ -14,11 +14,15 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.connection import ClusterConnection
-from airflow_provider_disttrain.hooks import shared_watch
+from airflow_provider_disttrain.hooks import cluster_client, shared_watch
 from airflow_provider_disttrain.hooks.shared_watch import registry, subscribe
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import make_job, running_status, succeeded_status
+from tests.unit.waiting import until
+
+# Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
+pytestmark = pytest.mark.usefixtures("virtual_clock")
 
 PYTORCH = get_job_kind("PyTorchJob")
 SELECTOR = TASK_INSTANCE_LABEL
@@ -32,13 +36,10 @@ def connection(server: Any, **user: Any) -> ClusterConnection:
     return ClusterConnection(kubeconfig=server.kubeconfig(user=user or None))
 
 
-async def until(predicate: Any, timeout: float = 5.0) -> None:
-    """Wait for a condition that the watch makes true asynchronously."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
+def real_plugin_runs_take_real_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin is a real subprocess: while the loop waits for it, virtual time runs ahead to the next
+    timer, so the client build's timeout must not be the next one."""
+    monkeypatch.setattr(cluster_client, "BUILD_TIMEOUT_SECONDS", 10 * 3600.0)
 
 
 def last_condition(subscription: Any) -> str | None:
@@ -110,7 +111,7 @@ async def test_a_renewed_watch_resumes_from_the_last_bookmark(apiserver: Any) ->
         await until(lambda: sub.synced and apiserver.open_watches == 1)
         listed_at = int(apiserver.queries("watch")[0]["resourceVersion"])
         await apiserver.put(labelled_job("unrelated", running_status()), plural="mpijobs")  # moves the version
-        await until(lambda: apiserver.count("watch") >= 2, timeout=4)
+        await until(lambda: apiserver.count("watch") >= 2, within=4)
 
         renewal = apiserver.queries("watch")[1]
         assert int(renewal["resourceVersion"]) > listed_at  # from the bookmark, not the list
@@ -162,12 +163,12 @@ async def test_a_silent_connection_is_ended_by_the_client_side_timeout(
     async with subscribe(
         connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, watch_timeout=1, poll_interval=0.1
     ) as sub:
-        await until(lambda: apiserver.count("watch") >= 2, timeout=6)
+        await until(lambda: apiserver.count("watch") >= 2, within=6)
         assert sub.problem is not None and sub.problem.status is None  # a client-side timeout
 
         apiserver.hang_watches = False
         await apiserver.put(labelled_job("a", succeeded_status()))
-        await until(lambda: last_condition(sub) == "Succeeded", timeout=6)
+        await until(lambda: last_condition(sub) == "Succeeded", within=6)
         await until(lambda: sub.problem is None)
 
 
@@ -178,13 +179,11 @@ async def test_transient_failures_are_retried_and_reported_while_they_last(apise
     async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, poll_interval=0.05) as sub:
         await until(lambda: sub.problem is not None)
         assert sub.problem.status == 503 and not sub.problem.fatal and not sub.problem.denied
-        first_failure = sub.problem.since
 
-        await until(lambda: sub.synced, timeout=5)
+        await until(lambda: sub.synced, within=5)
 
         assert sub.problem is None
         assert apiserver.count("list") == 3
-        assert first_failure > 0
 
 
 async def test_an_answer_that_retrying_cannot_fix_is_fatal(apiserver: Any) -> None:
@@ -197,8 +196,11 @@ async def test_an_answer_that_retrying_cannot_fix_is_fatal(apiserver: Any) -> No
         assert sub.problem.fatal and sub.problem.status == 404
 
 
-async def test_a_401_rebuilds_the_client_with_fresh_credentials(apiserver: Any, tmp_path: Path) -> None:
+async def test_a_401_rebuilds_the_client_with_fresh_credentials(
+    apiserver: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An exec plugin's token expires mid-wait: the 401 re-runs the plugin, the watch goes on."""
+    real_plugin_runs_take_real_time(monkeypatch)
     token_file = tmp_path / "token"
     runs = tmp_path / "runs"
     token_file.write_text("token-1")
@@ -229,9 +231,10 @@ async def test_a_401_rebuilds_the_client_with_fresh_credentials(apiserver: Any, 
         token_file.write_text("token-2")
         await apiserver.drop_watches()  # the next request must authenticate again
 
-        await until(lambda: sub.watch.cluster.generation > generation, timeout=6)
+        # The plugin is a real subprocess: much virtual time passes while the loop waits for it.
+        await until(lambda: sub.watch.cluster.generation > generation, within=600)
         await apiserver.put(labelled_job("a", succeeded_status()))
-        await until(lambda: last_condition(sub) == "Succeeded", timeout=6)
+        await until(lambda: last_condition(sub) == "Succeeded", within=6)
 
         assert sub.problem is None
         assert runs.read_text().count("run") >= 2
@@ -271,7 +274,7 @@ async def test_a_job_gone_while_the_watch_was_broken_is_found_by_the_relist(apis
         del apiserver.objects[("ml", "pytorchjobs", "a")]  # deleted while nobody could see the event
         apiserver.compact()
 
-        await until(lambda: sub.entry is not None and sub.entry.deleted, timeout=5)
+        await until(lambda: sub.entry is not None and sub.entry.deleted, within=5)
 
 
 async def test_the_watch_stops_after_its_last_subscriber_and_closes_the_client(apiserver: Any) -> None:
@@ -332,7 +335,7 @@ async def test_a_quiet_job_renews_its_watch_without_a_warning(apiserver: Any, ca
     caplog.set_level("DEBUG", logger=shared_watch.__name__)
 
     async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, watch_timeout=1) as sub:
-        await until(lambda: apiserver.count("watch") >= 3, timeout=6)
+        await until(lambda: apiserver.count("watch") >= 3, within=6)
 
         assert sub.problem is None
     assert apiserver.count("list") == 1  # one request per renewal, no relist, no polling
@@ -344,7 +347,7 @@ async def test_an_outage_is_logged_once_not_per_retry(apiserver: Any, caplog: py
     apiserver.fail_next("list", 503, count=5, reason="ServiceUnavailable")
 
     async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR, poll_interval=0.05) as sub:
-        await until(lambda: sub.synced, timeout=6)
+        await until(lambda: sub.synced, within=6)
 
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert len(warnings) == 1 and "503" in warnings[0]

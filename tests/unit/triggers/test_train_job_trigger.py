@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.conftest import read_yaml
 from tests.unit.fakes import epoch
+
+# Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
+pytestmark = pytest.mark.usefixtures("virtual_clock")
 
 RUN_TIMEOUT = 10.0
 

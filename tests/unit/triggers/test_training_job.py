@@ -17,6 +17,7 @@ from airflow.sdk.module_loading import import_string
 from airflow.triggers.base import TriggerEvent
 
 import airflow_provider_disttrain.triggers.training_job as trigger_module
+from airflow_provider_disttrain.clock import LoopClock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
@@ -30,6 +31,9 @@ from tests.unit.fakes import (
     running_status,
     succeeded_status,
 )
+
+# Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
+pytestmark = pytest.mark.usefixtures("virtual_clock")
 
 EVENT_KEYS = {"status", "kind", "name", "namespace", "state", "message", "job"}
 RUN_TIMEOUT = 10.0
@@ -173,15 +177,17 @@ async def test_startup_deadline_passed_while_queued_is_a_timeout(apiserver: Any)
     assert "did not start within startup_timeout" in event["message"]
 
 
-async def test_startup_deadline_fires_at_its_time_while_nothing_changes(apiserver: Any) -> None:
+async def test_startup_deadline_fires_at_its_time_while_nothing_changes(
+    apiserver: Any, virtual_clock: LoopClock
+) -> None:
     await apiserver.put(job(queued_status()))
-    loop = asyncio.get_running_loop()
-    begun = loop.time()
+    begun = virtual_clock.monotonic()
 
     event = await run_once(make_trigger(apiserver, startup_deadline=epoch(1.0)))
 
     assert event["status"] == "timeout"
-    assert 0.9 <= loop.time() - begun < 3.0  # its own deadline, not a watch renewal (300 s)
+    # At its own deadline, not at a watch renewal (300 s): the virtual clock makes it exact.
+    assert virtual_clock.monotonic() - begun == pytest.approx(1.0, abs=0.02)
     assert apiserver.count("watch") <= 1
 
 
@@ -229,20 +235,21 @@ async def test_execution_deadline_reached_while_running(apiserver: Any) -> None:
     assert "execution_timeout" in event["message"]
 
 
-async def test_each_trigger_fires_at_its_own_deadline_on_one_shared_watch(apiserver: Any) -> None:
+async def test_each_trigger_fires_at_its_own_deadline_on_one_shared_watch(
+    apiserver: Any, virtual_clock: LoopClock
+) -> None:
     await apiserver.put(job(running_status()))
-    loop = asyncio.get_running_loop()
-    begun = loop.time()
+    begun = virtual_clock.monotonic()
     finished: dict[float, float] = {}
 
     async def wait_with(deadline: float) -> None:
         event = await run_once(make_trigger(apiserver, execution_deadline=epoch(deadline)))
         assert event["status"] == "timeout"
-        finished[deadline] = loop.time() - begun
+        finished[deadline] = virtual_clock.monotonic() - begun
 
     await asyncio.gather(wait_with(0.3), wait_with(1.0), wait_with(1.6))
 
-    assert finished[0.3] < finished[1.0] < finished[1.6]
+    assert finished == pytest.approx({0.3: 0.3, 1.0: 1.0, 1.6: 1.6}, abs=0.02)
     assert apiserver.count("list") == 1
 
 

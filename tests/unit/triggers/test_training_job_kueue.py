@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import structlog
 
 from airflow_provider_disttrain.hooks import shared_watch
@@ -17,12 +18,16 @@ from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import START, condition, epoch, make_job, running_status, succeeded_status
 from tests.unit.triggers.test_training_job import make_trigger, run_once, started
+from tests.unit.waiting import until
 
 WORKLOADS = "workloads"
 QUOTA_MESSAGE = (
     "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu in flavor "
     "gpu-flavor, 8 more needed"
 )
+
+# Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
+pytestmark = pytest.mark.usefixtures("virtual_clock")
 
 
 def queued_job(status: dict[str, Any], *, queue: str | None = "default") -> dict[str, Any]:
@@ -48,13 +53,6 @@ ADMITTED = workload(condition("QuotaReserved", START, "QuotaReserved"), conditio
 
 def workload_requests(apiserver: Any) -> list[str]:
     return [verb for verb, path in apiserver.paths if path.endswith(f"/{WORKLOADS}")]
-
-
-async def until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 async def test_the_workloads_reason_is_in_the_progress_lines_until_admission(apiserver: Any) -> None:

@@ -18,6 +18,10 @@ from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, ByteBu
 from airflow_provider_disttrain.logs import LogCursor
 from tests.unit.fakes import make_pod, running_status, succeeded_status
 from tests.unit.triggers.test_training_job import job, make_trigger, started
+from tests.unit.waiting import until
+
+# Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
+pytestmark = pytest.mark.usefixtures("virtual_clock")
 
 NAMESPACE = "ml"
 MASTER = "train-abc-master-0"
@@ -39,13 +43,6 @@ def stamped(*texts: str, start: datetime | None = None) -> list[str]:
     return [
         f"{(begin + timedelta(milliseconds=i)).isoformat().replace('+00:00', 'Z')} {t}" for i, t in enumerate(texts)
     ]
-
-
-async def until(check: Any, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out: {check.__code__.co_consts}"
-        await asyncio.sleep(0.02)
 
 
 def add_pods(apiserver: Any) -> None:
