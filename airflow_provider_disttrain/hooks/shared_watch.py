@@ -11,7 +11,9 @@ Watching follows the API server's rules (the "Efficient detection of changes" se
 concepts): resume from the last event's or BOOKMARK's resourceVersion; on 410 Gone relist and watch
 from the list's resourceVersion; back off on repeated failures (capped by the subscribers'
 ``poll_interval``, so a watch that keeps breaking degrades into polling with a LIST); give each watch
-request a client-side timeout longer than its server-side ``timeoutSeconds``.
+request a client-side timeout longer than its server-side ``timeoutSeconds``, and restart a watch
+that has been silent (no event, no BOOKMARK) for about twice the server's bookmark cadence. What each
+error leads to is ``hooks.faults``' table.
 
 Why not ``kubernetes_asyncio.watch.Watch``: it builds a new ``ApiClient`` (and SSL context) for every
 stream, deserialises each event a second time, and retries 410 itself from a stale version; this loop
@@ -41,8 +43,9 @@ from typing import Any
 from airflow_provider_disttrain import clock as clocks
 from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
-from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, is_transient
+from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
+from airflow_provider_disttrain.hooks.faults import Action, Fault, classify
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.kueue import ApiResource
 
@@ -50,11 +53,18 @@ LINGER_SECONDS = 5.0
 """How long a watch outlives its last subscriber: a trigger moved or retried soon finds it warm."""
 CLIENT_TIMEOUT_MARGIN_SECONDS = 30.0
 """Client-side total timeout of a watch request beyond its server-side ``timeoutSeconds``."""
+SILENCE_LIMIT_SECONDS = 130.0
+"""A watch that received nothing (no event, no BOOKMARK) for this long is restarted. The API server
+sends a BOOKMARK about once a minute on a quiet watch that asked for them (``allowWatchBookmarks``),
+so twice that without a line means the connection is dead (half-open, or a proxy holding it) - found
+in about two minutes instead of at the client's total timeout (``watch_timeout`` + 30 s)."""
 HEALTHY_WATCH_SECONDS = 30.0
 """A watch request that lived this long resets the failure count (and so the backoff)."""
 FAILURES_BEFORE_RELIST = 3
 """Broken watch requests in a row after which each retry relists first (the polling fallback)."""
 MIN_BACKOFF_SECONDS = 0.5
+MIN_BACKOFF_CAP_SECONDS = 1.0
+"""The floor of the backoff's cap: at most about two requests a second per watch during an outage."""
 
 log = logging.getLogger(__name__)
 
@@ -248,8 +258,11 @@ class SharedWatch:
         return min(timeouts) if timeouts else 300.0
 
     def _backoff_cap(self) -> float:
+        """The longest wait between retries: the subscribers' shortest ``poll_interval``, but never
+        below ``MIN_BACKOFF_CAP_SECONDS``, so one trigger's tiny interval cannot make every waiter of
+        the watch hammer a server in trouble."""
         intervals = [s.poll_interval for subs in self._subscribers.values() for s in subs]
-        return max(min(intervals) if intervals else 10.0, 0.01)
+        return max(min(intervals) if intervals else 10.0, MIN_BACKOFF_CAP_SECONDS)
 
     async def _run(self) -> None:
         failures = 0  # failed requests in a row, for the backoff
@@ -268,31 +281,33 @@ class SharedWatch:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                status = api_status(error)
+                fault = classify(error)
                 if self.clock.monotonic() - started >= HEALTHY_WATCH_SECONDS:
                     failures = broken_watches = 0
                 failures += 1
-                if status == 410:
+                if fault.action is Action.RELIST:
                     # Our resourceVersion is older than the server keeps: relist and watch from there.
                     must_list = True
                     if failures == 1:
                         continue
-                elif status == 401:
+                elif fault.action is Action.RENEW:
                     # Expired or rotated credentials: a new client re-runs the exec plugin or re-reads
-                    # the token file. Only a 401 that a freshly built client gets is reported.
+                    # the token file. Only a 401 that a freshly built client gets is reported; a plugin
+                    # that fails meanwhile is the problem instead (an outage: see _renew).
                     self._unauthorized += 1
                     renewed = await self._renew(generation)
                     if renewed and self._unauthorized == 1:
                         continue
-                    self._set_problem(error, status)
-                elif is_transient(error) or status == 403:
-                    # 403 too: a restarted API server refuses until its RBAC caches have synced; the
-                    # subscribers decide how long that may last.
+                    if renewed:
+                        self._set_problem(error, fault)
+                elif fault.action in (Action.RETRY, Action.DENIED):
+                    # DENIED too: a restarted API server refuses until its RBAC caches have synced;
+                    # the subscribers decide how long that may last.
                     broken_watches += 1
                     must_list = must_list or broken_watches >= FAILURES_BEFORE_RELIST
-                    self._set_problem(error, status)
+                    self._set_problem(error, fault)
                 else:
-                    self._set_problem(error, status, fatal=True)
+                    self._set_problem(error, fault)
                 delay = min(self._backoff_cap(), MIN_BACKOFF_SECONDS * 2 ** min(failures, 8))
                 log.debug("Watch %s failed (%r); retrying in %.1fs", self.key, error, delay)
                 await self.clock.sleep(delay * random.uniform(0.5, 1.0))
@@ -301,8 +316,10 @@ class SharedWatch:
         log.info("Watch %s: the API server answered 401; renewing the credentials", self.key)
         try:
             await self.cluster.renew(generation)
-        except Exception as error:  # e.g. the exec plugin failed: that is the problem to report
-            self._set_problem(error, None)
+        except Exception as error:  # e.g. the exec plugin failed (or hung): that is the problem to report
+            self._set_problem(error, classify(error))
+            # The next 401 comes from the same old client again: no verdict on fresh credentials yet.
+            self._unauthorized = 0
             return False
         return True
 
@@ -311,8 +328,8 @@ class SharedWatch:
         self._unauthorized = 0
         self._set_problem(None)
 
-    def _set_problem(self, error: BaseException | None, status: int | None = None, *, fatal: bool = False) -> None:
-        if error is None:
+    def _set_problem(self, error: BaseException | None, fault: Fault | None = None) -> None:
+        if error is None or fault is None:
             if self.problem is not None:
                 log.info("Watch %s works again after %.0fs", self.key, self.clock.monotonic() - self.problem.since)
                 self.problem = None
@@ -320,12 +337,16 @@ class SharedWatch:
             return
         if self.problem is None:  # once per episode, not per retry
             log.warning("Watch %s: %s; retrying with backoff", self.key, describe_error(error))
-        problem = WatchProblem(error, self.clock.monotonic(), status, fatal)
-        if self.problem is not None and self.problem.denied == problem.denied:
+        problem = WatchProblem(error, self.clock.monotonic(), fault.status, fault.action is Action.FATAL)
+        previous = self.problem
+        if previous is not None and previous.denied == problem.denied:
             # The same kind of trouble goes on (an outage, or a refusal): it counts from its start.
-            problem = WatchProblem(error, self.problem.since, status, fatal)
+            problem = WatchProblem(error, previous.since, problem.status, problem.fatal)
         self.problem = problem
-        self._notify()
+        if previous is None or (previous.since, previous.fatal) != (problem.since, problem.fatal):
+            # Subscribers wake when trouble starts or changes kind, not on every retry of an outage:
+            # they judge it by its start, which a retry does not move.
+            self._notify()
 
     def _selectors(self) -> dict[str, Any]:
         selectors = {"label_selector": self.key.label_selector, "field_selector": self.key.field_selector}
@@ -390,7 +411,7 @@ class SharedWatch:
                 await _raise_for_status(response)
                 # Healthy once the server speaks (an event, a bookmark, or the end at timeoutSeconds):
                 # a proxy that accepts the request and then stays silent is not.
-                while line := await response.content.readline():
+                while line := await asyncio.wait_for(response.content.readline(), SILENCE_LIMIT_SECONDS):
                     if line.strip():
                         self._apply(json.loads(line))
                         if self.problem is not None or self._unauthorized:

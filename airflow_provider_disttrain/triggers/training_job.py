@@ -23,6 +23,7 @@ from airflow_provider_disttrain import clock as clocks
 from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import describe_error
+from airflow_provider_disttrain.hooks.faults import classify
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, held_by_kueue, waiting_message
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
@@ -43,6 +44,10 @@ _KILL_TIMEOUT_SECONDS = 30
 
 def _labels(job: Mapping[str, Any]) -> Mapping[str, str]:
     return (job.get("metadata") or {}).get("labels") or {}
+
+
+def _version(job: Mapping[str, Any]) -> str | None:
+    return (job.get("metadata") or {}).get("resourceVersion")
 
 
 def _access_denied_message(title: str, problem: WatchProblem) -> str:
@@ -242,34 +247,64 @@ class TrainingJobTrigger(BaseTrigger):
         """Judge each view of the job until the wait is over (its outcome); None hands over to a name watch."""
         looked_up = False
         last_job: dict[str, Any] | None = None
+        # A GET's view of the job that is newer than the watch's (a timeout was about to be judged on
+        # a cache that had missed a change): used until the watch's view of the job moves.
+        confirmed: tuple[str | None, dict[str, Any]] | None = None
         while True:
             entry = subscription.entry if subscription.synced else None
             if entry is not None:
-                last_job = entry.job
-                self._follow_logs(entry.job, subscription)
-                await self._observe_queue(entry.job, subscription)
-                self._report_progress(entry.job, self._waiting_reason)
-                if outcome := self._check(entry.job):
+                job = entry.job
+                if confirmed is not None and confirmed[0] == _version(job):
+                    job = confirmed[1]
+                last_job = job
+                self._follow_logs(job, subscription)
+                await self._observe_queue(job, subscription)
+                self._report_progress(job, self._waiting_reason)
+                if (outcome := self._check(job)) and confirmed is None and outcome["status"] == TIMEOUT:
+                    fresh = await self._read_quietly(subscription)
+                    if fresh is not None:
+                        confirmed = (_version(entry.job), fresh)
+                        last_job = fresh
+                        outcome = self._check(fresh)
+                if outcome:
                     return outcome
                 if entry.deleted:
                     return make_outcome(self.ref, ERROR, f"{self.ref.title} was deleted outside this task", entry.job)
             elif subscription.synced and not looked_up:
                 # Not (yet) in the watch's view: created after its last event, deleted, or not labelled.
-                looked_up = True
-                job = await subscription.read()
-                if job is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(job):
-                    return None
-                if job is not None:
-                    await self._observe_queue(job, subscription)
-                    self._report_progress(job, self._waiting_reason)
-                if outcome := self._check(job):
-                    return outcome
-                last_job = job
+                try:
+                    found = await subscription.read()
+                except Exception as error:
+                    if not classify(error).retried:
+                        raise
+                else:  # (a read that failed in an outage is tried again; the watch's problem bounds it)
+                    looked_up = True
+                    if found is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(found):
+                        return None
+                    if found is not None:
+                        await self._observe_queue(found, subscription)
+                        self._report_progress(found, self._waiting_reason)
+                    if outcome := self._check(found):
+                        return outcome
+                    last_job = found
             if outcome := self._judge_problem(subscription.problem, subscription.watch.ever_synced, last_job):
                 return outcome
-            if outcome := self._check_deadline_unseen(last_job):
+            if outcome := await self._check_deadline_unseen(last_job, subscription):
                 return outcome
             await subscription.wait(self._next_wake(subscription.problem, last_job))
+
+    async def _read_quietly(self, subscription: Subscription) -> dict[str, Any] | None:
+        """One GET of the job to confirm the watch's view before a deadline is judged on it; None when
+        it cannot be read now (the watch's view is judged then) or is gone."""
+        try:
+            return await subscription.read()
+        except Exception as error:
+            self.log.warning(
+                "Could not read %s to confirm its state before its deadline (%s); judging on the watch's view",
+                self.ref.title,
+                describe_error(error),
+            )
+            return None
 
     def _follow_logs(self, job: Mapping[str, Any], subscription: Subscription) -> None:
         """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends)."""
@@ -328,10 +363,15 @@ class TrainingJobTrigger(BaseTrigger):
             )
         return None
 
-    def _check_deadline_unseen(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The execution deadline still ends a wait whose job could not be read yet."""
+    async def _check_deadline_unseen(
+        self, job: dict[str, Any] | None, subscription: Subscription
+    ) -> dict[str, Any] | None:
+        """The execution deadline still ends a wait whose job could not be read yet (after one GET
+        more, which may find the job finished)."""
         if job is not None or self.execution_deadline is None or self._clock().wall() < self.execution_deadline:
             return None
+        if (fresh := await self._read_quietly(subscription)) is not None and (outcome := self._check(fresh)):
+            return outcome
         return make_outcome(
             self.ref, TIMEOUT, f"{self.ref.title} did not finish within the task's execution_timeout", None
         )
@@ -339,7 +379,12 @@ class TrainingJobTrigger(BaseTrigger):
     def _next_wake(self, problem: WatchProblem | None, job: dict[str, Any] | None) -> float | None:
         """Seconds until this trigger must look again even if nothing changes: its next deadline."""
         clock = self._clock()
-        waits = [self._remaining(job), self._progress.seconds_until_due(clock.wall())]
+        remaining = self._remaining(job)
+        if remaining is not None and remaining <= 0:
+            # A deadline that passed without ending the wait cannot be judged yet (the watch has not
+            # listed the job): wake when the watch changes, never spin.
+            remaining = None
+        waits = [remaining, self._progress.seconds_until_due(clock.wall())]
         if problem is not None and not problem.fatal:
             limit = _ACCESS_DENIED_GRACE_SECONDS if problem.denied else self.api_failure_tolerance
             waits.append(max(0.0, problem.since + limit - clock.monotonic()) + 0.01)

@@ -72,8 +72,10 @@ async def virtual_clock() -> AsyncIterator[LoopClock]:
     loop = asyncio.get_running_loop()
     assert isinstance(loop, asyncio.BaseEventLoop)
     patched = looptime.patch_event_loop(loop)  # a no-op where the looptime plugin patched it already
-    # Virtual time goes on from the loop's real time, so timers set before keep their order.
-    patched.setup_looptime(start=loop.time())
+    # Virtual time goes on from the loop's real time, so timers set before keep their order. The loop
+    # polls its sockets this many times before it jumps: on a loaded machine the kernel may deliver a
+    # loopback write to the other end a moment late, and the jump must not overtake it.
+    patched.setup_looptime(start=loop.time(), noop_cycles=200)
     with patched.looptime_enabled(), clock.installed(LoopClock(loop), loop) as virtual:
         yield virtual
 

@@ -13,12 +13,16 @@ It speaks HTTP the way kube-apiserver does for what the shared watch uses, so th
 - a merge PATCH of one object (a MODIFIED event), pods listed by label, and a pod's log: lines
   ``add_log_lines`` appended (each ``<RFC 3339 time> <text>``), with ``timestamps``, ``sinceSeconds``
   and ``follow`` (the stream stays open until ``end_log``, as the kubelet's does until the container ends).
-Faults are injected per verb (``fail_next``) or by holding a watch open silently (``hang_watches``).
+Faults are injected per verb (``fail_next``), as an outage of every verb (``outage``), by holding
+a watch open silently (``hang_watches``), ending watches mid-line (``cut_watches``), cutting their
+connections (``drop_watches``) or expiring them with an in-stream 410 (``expire_watches``). BOOKMARKs
+come every ``bookmark_interval`` (60 s, kube-apiserver's cadence) of a watch's life when asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 from collections.abc import Callable, Mapping
@@ -78,9 +82,12 @@ class FakeApiServer:
         self.ended_logs: set[tuple[str, str]] = set()
         self.open_log_streams = 0
         self.hang_watches = False
-        self.bookmark_interval: float | None = None
+        self.bookmark_interval: float | None = 60.0  # kube-apiserver's cadence on a quiet watch
         self.open_watches = 0
         self.connections_dropped = 0  # bumped by drop_watches(): open watches are cut
+        self.watches_expired = 0  # bumped by expire_watches(): open watches get an in-stream 410
+        self.cut_watches = 0  # the next this many watches end in the middle of an event line
+        self._outage_until: float | None = None  # loop time until which every request gets a 503
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -117,6 +124,11 @@ class FakeApiServer:
         }
 
     # What tests do to the cluster ---------------------------------------------------------------------
+
+    async def outage(self, seconds: float) -> None:
+        """Every request is answered 503 for ``seconds`` of loop time; open watches are cut now."""
+        self._outage_until = asyncio.get_running_loop().time() + seconds
+        await self.drop_watches()
 
     def fail_next(self, verb: str, status: int, count: int = 1, reason: str = "InternalError") -> None:
         self.faults[verb].extend([(status, reason)] * count)
@@ -165,6 +177,13 @@ class FakeApiServer:
         async with self._changed:
             self._changed.notify_all()
 
+    async def expire_watches(self) -> None:
+        """Open watches get an in-stream ERROR event with code 410 and end, as the watch cache answers a
+        watcher that fell too far behind."""
+        self.watches_expired += 1
+        async with self._changed:
+            self._changed.notify_all()
+
     def compact(self) -> None:
         """Forget the event history, as etcd compaction or an API server restart does: older watches get 410."""
         self.compacted_below = self.resource_version + 1
@@ -186,6 +205,8 @@ class FakeApiServer:
         if self.faults[verb]:
             status, reason = self.faults[verb].pop(0)
             return _status(status, reason, f"injected {status} for {verb}")
+        if self._outage_until is not None and asyncio.get_running_loop().time() < self._outage_until:
+            return _status(503, "ServiceUnavailable", f"outage: {verb} refused")
         return None
 
     async def _collection(self, request: web.Request) -> web.StreamResponse:
@@ -221,13 +242,24 @@ class FakeApiServer:
                 return response
             if self.hang_watches:
                 await asyncio.sleep(timeout + 3600)  # the client-side timeout must end this
-            deadline = asyncio.get_running_loop().time() + timeout
+            if self.cut_watches:
+                # A proxy (or the server's own timeout) ends the stream in the middle of an event line.
+                self.cut_watches -= 1
+                await response.write(b'{"type": "MODIFIED", "object": {"metadata": {"name"')
+                return response
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            next_bookmark = loop.time() + (self.bookmark_interval or timeout)
             sent = since
-            dropped = self.connections_dropped
-            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            dropped, expired = self.connections_dropped, self.watches_expired
+            while (left := deadline - loop.time()) > 0:
                 if self.connections_dropped != dropped:
                     if request.transport is not None:
                         request.transport.close()
+                    return response
+                if self.watches_expired != expired:
+                    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
+                    await response.write(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
                     return response
                 for rv, plural, event_type, obj in list(self.events):
                     namespace = obj["metadata"]["namespace"]
@@ -235,14 +267,14 @@ class FakeApiServer:
                         await response.write(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
                     sent = max(sent, rv)
                 sent = max(sent, self.resource_version)
-                wait = min(left, self.bookmark_interval or left)
                 async with self._changed:
-                    try:
-                        await asyncio.wait_for(self._changed.wait(), wait)
-                    except asyncio.TimeoutError:
-                        if bookmarks and self.bookmark_interval:
-                            mark = {"kind": "PyTorchJob", "metadata": {"resourceVersion": str(self.resource_version)}}
-                            await response.write(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), min(left, max(0.0, next_bookmark - loop.time())))
+                if bookmarks and self.bookmark_interval and loop.time() >= next_bookmark:
+                    # Every bookmark_interval of the watch's life, whatever happened meanwhile.
+                    next_bookmark += self.bookmark_interval
+                    mark = {"kind": "PyTorchJob", "metadata": {"resourceVersion": str(sent)}}
+                    await response.write(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
             return response
         finally:
             self.open_watches -= 1

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 
-async def until(predicate: Callable[[], object], within: float = 5.0, step: float = 0.01) -> None:
+async def until(predicate: Callable[[], object], within: float = 60.0, step: float = 0.01) -> None:
     """Return once ``predicate()`` holds, looking every ``step`` seconds; fail after ``within`` seconds.
 
     Seconds of loop time: virtual under the ``virtual_clock`` fixture, where a look costs microseconds

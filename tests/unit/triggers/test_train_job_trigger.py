@@ -15,7 +15,7 @@ from tests.unit.fakes import epoch
 # Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
 pytestmark = pytest.mark.usefixtures("virtual_clock")
 
-RUN_TIMEOUT = 10.0
+RUN_TIMEOUT = 600.0  # virtual seconds: a guard against a trigger that never fires
 
 
 def train_job(state: str) -> dict[str, Any]:

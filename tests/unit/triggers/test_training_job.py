@@ -36,7 +36,7 @@ from tests.unit.fakes import (
 pytestmark = pytest.mark.usefixtures("virtual_clock")
 
 EVENT_KEYS = {"status", "kind", "name", "namespace", "state", "message", "job"}
-RUN_TIMEOUT = 10.0
+RUN_TIMEOUT = 600.0  # virtual seconds: a guard against a trigger that never fires
 
 
 def job(status: dict[str, Any] | None = None, *, labelled: bool = True, uid: str = "uid-1") -> dict[str, Any]:
@@ -76,7 +76,7 @@ async def run_once(trigger: TrainingJobTrigger, timeout: float = RUN_TIMEOUT) ->
 async def started(trigger: TrainingJobTrigger, apiserver: Any, watches: int = 1) -> asyncio.Task[dict[str, Any]]:
     """Run the trigger in the background until ``watches`` watch requests are open on the server."""
     task = asyncio.create_task(run_once(trigger))
-    deadline = asyncio.get_running_loop().time() + 5
+    deadline = asyncio.get_running_loop().time() + 60
     while apiserver.open_watches < watches and not task.done():
         assert asyncio.get_running_loop().time() < deadline, "the trigger opened no watch"
         await asyncio.sleep(0.01)
@@ -462,3 +462,107 @@ async def test_on_kill_leaves_the_job_when_asked_to(apiserver: Any) -> None:
     await make_trigger(apiserver, delete_on_kill=False).on_kill()
 
     assert apiserver.count("delete") == 0
+
+
+# -- deadlines confirmed, and no busy-wait (the fault model) ---------------------------------------------------
+
+
+def silently(apiserver: Any, status: dict[str, Any]) -> None:
+    """Change the job on the server without an event: a watch that went silent misses it."""
+    stored = apiserver.objects[("ml", "pytorchjobs", "train-abc")]
+    stored["status"] = status
+    apiserver.resource_version += 1
+    stored["metadata"]["resourceVersion"] = str(apiserver.resource_version)
+
+
+async def test_a_timeout_is_confirmed_with_one_get_which_may_find_the_job_succeeded(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, execution_deadline=epoch(30)), apiserver)
+
+    silently(apiserver, succeeded_status())
+    event = await task
+
+    assert event["status"] == "success"
+    assert apiserver.count("get") == 1
+
+
+async def test_a_startup_timeout_is_confirmed_too(apiserver: Any) -> None:
+    await apiserver.put(job(queued_status()))
+    task = await started(make_trigger(apiserver, startup_deadline=epoch(30)), apiserver)
+
+    silently(apiserver, running_status())  # it started: the startup limit no longer applies
+    await asyncio.sleep(60)
+    assert not task.done()
+    await apiserver.put(job(succeeded_status()))
+
+    assert (await task)["status"] == "success"
+    assert apiserver.count("get") == 1  # once, not on every look at the stale cache
+
+
+async def test_a_confirmed_timeout_carries_the_servers_view(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+
+    event = await run_once(make_trigger(apiserver, execution_deadline=epoch(5)))
+
+    assert event["status"] == "timeout" and event["state"] == "running"
+    assert apiserver.count("get") == 1
+
+
+class LoopCounter:
+    """Counts the trigger's waits (one per look at its job); a spin is stopped after ``limit``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, limit: int = 10_000) -> None:
+        from airflow_provider_disttrain.hooks.shared_watch import Subscription
+
+        self.count = 0
+        real_wait = Subscription.wait
+
+        async def counted(subscription: Subscription, timeout: float | None) -> None:
+            self.count += 1
+            if self.count > limit:
+                raise RuntimeError(f"busy loop: {self.count} waits")
+            await real_wait(subscription, timeout)
+
+        monkeypatch.setattr(Subscription, "wait", counted)
+
+
+async def test_no_busy_wait_before_the_first_list_when_the_startup_deadline_has_passed(
+    apiserver: Any, monkeypatch: pytest.MonkeyPatch, virtual_clock: LoopClock
+) -> None:
+    """The triggerer starts during an API outage, with a trigger whose job is older than its startup limit."""
+    loops = LoopCounter(monkeypatch)
+    await apiserver.put(job(queued_status()))
+    await apiserver.outage(30)
+
+    event = await run_once(make_trigger(apiserver, startup_deadline=epoch(-10)))
+
+    assert event["status"] == "timeout"  # judged once the server could be read
+    assert virtual_clock.monotonic() >= 30
+    assert loops.count <= 5
+
+
+async def test_no_busy_wait_during_an_outage(
+    apiserver: Any, monkeypatch: pytest.MonkeyPatch, virtual_clock: LoopClock
+) -> None:
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, api_failure_tolerance=300), apiserver)
+    loops = LoopCounter(monkeypatch)
+
+    await apiserver.outage(120)
+    await asyncio.sleep(130)
+    await apiserver.put(job(succeeded_status()))
+
+    assert (await task)["status"] == "success"
+    assert loops.count <= 5  # the outage's start and end, the success
+
+
+async def test_a_watch_stream_cut_in_the_middle_of_a_line_is_ridden_out(apiserver: Any) -> None:
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver), apiserver)
+
+    apiserver.cut_watches = 1
+    await apiserver.expire_watches()  # the renewed watch is the one cut short
+    await asyncio.sleep(5)
+    await apiserver.put(job(succeeded_status()))
+
+    assert (await task)["status"] == "success"

@@ -1,0 +1,119 @@
+"""The wait's fault model: what the shared watch and the trigger do with each error they can meet.
+
+One pure function, ``classify``, maps an error to a ``Fault`` (what to do next); the watch loop and the
+trigger's reads act on it, and ``tests/unit/hooks/test_faults.py`` holds the table. The rule: every
+error that may heal by itself is retried with backoff for as long as the trigger's
+``api_failure_tolerance`` allows, and is then reported; only what cannot heal is fatal at once: the
+resource type is not served (404 of the collection: the CRD is not installed), the request is
+malformed (400, 405, 406, 415, 422), or a local file or certificate is wrong. A 403 is the exception in
+between: final on first contact (the Role lacks the verbs), waited out for a short grace once access
+worked (a restarted API server refuses until its RBAC caches sync) - the trigger decides which, since
+only it knows whether access ever worked. A deleted job is not an error at all: the watch reports it
+(a DELETED event or a tombstone after a relist) and the trigger ends with an error event.
+
+Errors come from three layers, each with its own types:
+- the API server's answer: ``kubernetes_asyncio``'s ``ApiException`` with ``.status`` (also raised for an
+  in-stream ``ERROR`` event, with the Status' ``code``);
+- the connection: aiohttp's ``ClientError`` family (``ClientConnectorError``, ``ServerDisconnectedError``,
+  ``ClientPayloadError`` when a chunked stream is cut), ``asyncio.TimeoutError`` (the client's total
+  timeout, the watch's silence watchdog), ``ConnectionError``/``OSError``;
+- the credentials: a kubeconfig exec plugin that failed or hung (``CredentialsUnavailable`` from the
+  cluster client, a ``ConnectionError``; before that wrapper, kubernetes_asyncio's ``ConfigException``
+  "exec: process returned N"), and garbled output of a stream: ``json.JSONDecodeError`` when a watch
+  stream ends in the middle of an event line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from airflow_provider_disttrain.hooks.api_errors import api_status
+
+
+class Action(enum.Enum):
+    RETRY = "retry"
+    """An outage that may heal: retry with backoff; an error once it lasted ``api_failure_tolerance``."""
+    RELIST = "relist"
+    """410 Gone: the resourceVersion is older than the server keeps; list again, watch from there."""
+    RENEW = "renew"
+    """401: rebuild the client (re-runs the exec plugin, re-reads the token file) and retry once at
+    once; a 401 that the renewed client also gets is reported as bad credentials."""
+    DENIED = "denied"
+    """403: final on first contact, waited out for a grace after access worked."""
+    FATAL = "fatal"
+    """Cannot heal: report at once."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    action: Action
+    status: int | None
+    """The HTTP status of the answer (None: no answer reached us)."""
+
+    @property
+    def retried(self) -> bool:
+        return self.action in (Action.RETRY, Action.RELIST, Action.RENEW)
+
+
+RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+"""Answers of an overloaded or restarting server, or of a proxy in front of it."""
+FATAL_STATUSES = frozenset({400, 404, 405, 406, 415, 422})
+"""A malformed request, or a resource type the server does not serve: the same on every attempt."""
+
+# Local problems that are the same on every attempt: a server certificate the configured CA does not
+# vouch for; a kubeconfig, CA, client certificate or exec plugin command that is not there. All are
+# OSErrors, like an outage, so they are checked first.
+_PERMANENT_LOCAL_ERRORS = (ssl.SSLCertVerificationError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
+# kubernetes_asyncio's ExecProvider: the plugin ran and failed, or printed garbage; the next run may work.
+_PLUGIN_FAILURES = ("exec: process returned", "exec: failed to decode")
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what it wraps (``__cause__``, ``__context__``, a wrapper's ``cause``, and the
+    errors in its ``args``, where aiohttp keeps the OS or SSL error of a failed connection)."""
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        wrapped = [current.__cause__, current.__context__, getattr(current, "cause", None), *current.args]
+        pending.extend(item for item in wrapped if isinstance(item, BaseException))
+
+
+def _is_plugin_failure(error: BaseException) -> bool:
+    return type(error).__name__ == "ConfigException" and str(error).startswith(_PLUGIN_FAILURES)
+
+
+def classify(error: BaseException) -> Fault:
+    """What the wait does about ``error`` (see the module docstring and the README's fault table)."""
+    status = api_status(error)
+    if status is not None:
+        if status == 410:
+            return Fault(Action.RELIST, status)
+        if status == 401:
+            return Fault(Action.RENEW, status)
+        if status == 403:
+            return Fault(Action.DENIED, status)
+        if status in RETRIED_STATUSES or (status >= 500 and status not in (501, 505)):
+            return Fault(Action.RETRY, status)
+        return Fault(Action.FATAL, status)
+    if any(isinstance(cause, _PERMANENT_LOCAL_ERRORS) for cause in _chain(error)):
+        return Fault(Action.FATAL, None)
+    if isinstance(error, (ConnectionError, TimeoutError, asyncio.TimeoutError, OSError, json.JSONDecodeError)):
+        # Refused, reset, half-open, timed out, credentials not to be had right now, a stream cut mid-line.
+        return Fault(Action.RETRY, None)
+    if _is_plugin_failure(error):
+        return Fault(Action.RETRY, None)
+    if not isinstance(error, ValueError) and type(error).__module__.split(".")[0] == "aiohttp":
+        # aiohttp's ClientError family: connection, payload (a cut chunked stream) and disconnect
+        # errors. Its InvalidURL is a ValueError: a malformed server address, fatal below.
+        return Fault(Action.RETRY, None)
+    # A bug or a malformed kubeconfig (KeyError, TypeError, ValueError, ConfigException): no retry heals it.
+    return Fault(Action.FATAL, None)
