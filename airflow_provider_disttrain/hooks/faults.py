@@ -25,14 +25,11 @@ Errors come from three layers, each with its own types:
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
-import ssl
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from airflow_provider_disttrain.hooks.api_errors import api_status
+from airflow_provider_disttrain.hooks.api_errors import api_status, is_transient
 
 
 class Action(enum.Enum):
@@ -65,26 +62,8 @@ RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 FATAL_STATUSES = frozenset({400, 404, 405, 406, 415, 422})
 """A malformed request, or a resource type the server does not serve: the same on every attempt."""
 
-# Local problems that are the same on every attempt: a server certificate the configured CA does not
-# vouch for; a kubeconfig, CA, client certificate or exec plugin command that is not there. All are
-# OSErrors, like an outage, so they are checked first.
-_PERMANENT_LOCAL_ERRORS = (ssl.SSLCertVerificationError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
 # kubernetes_asyncio's ExecProvider: the plugin ran and failed, or printed garbage; the next run may work.
 _PLUGIN_FAILURES = ("exec: process returned", "exec: failed to decode")
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    """``error`` and what it wraps (``__cause__``, ``__context__``, a wrapper's ``cause``, and the
-    errors in its ``args``, where aiohttp keeps the OS or SSL error of a failed connection)."""
-    pending, seen = [error], set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        wrapped = [current.__cause__, current.__context__, getattr(current, "cause", None), *current.args]
-        pending.extend(item for item in wrapped if isinstance(item, BaseException))
 
 
 def _is_plugin_failure(error: BaseException) -> bool:
@@ -104,16 +83,14 @@ def classify(error: BaseException) -> Fault:
         if status in RETRIED_STATUSES or (status >= 500 and status not in (501, 505)):
             return Fault(Action.RETRY, status)
         return Fault(Action.FATAL, status)
-    if any(isinstance(cause, _PERMANENT_LOCAL_ERRORS) for cause in _chain(error)):
+    if isinstance(error, json.JSONDecodeError) or _is_plugin_failure(error):
+        # A watch stream that ended in the middle of an event line; a credential plugin that failed.
+        return Fault(Action.RETRY, None)
+    if isinstance(error, ValueError) and not isinstance(error, OSError):
+        # A malformed server address (aiohttp's InvalidURL), a malformed kubeconfig.
         return Fault(Action.FATAL, None)
-    if isinstance(error, (ConnectionError, TimeoutError, asyncio.TimeoutError, OSError, json.JSONDecodeError)):
-        # Refused, reset, half-open, timed out, credentials not to be had right now, a stream cut mid-line.
-        return Fault(Action.RETRY, None)
-    if _is_plugin_failure(error):
-        return Fault(Action.RETRY, None)
-    if not isinstance(error, ValueError) and type(error).__module__.split(".")[0] == "aiohttp":
-        # aiohttp's ClientError family: connection, payload (a cut chunked stream) and disconnect
-        # errors. Its InvalidURL is a ValueError: a malformed server address, fatal below.
-        return Fault(Action.RETRY, None)
-    # A bug or a malformed kubeconfig (KeyError, TypeError, ValueError, ConfigException): no retry heals it.
-    return Fault(Action.FATAL, None)
+    # No answer reached us: refused, reset, half-open, timed out, credentials not to be had right now
+    # (the cluster client's CredentialsUnavailable is a ConnectionError), unless it is a local file or
+    # certificate that is wrong on every attempt: the hooks' shared rule (``api_errors.is_transient``).
+    # A bug or a malformed kubeconfig (KeyError, TypeError, ConfigException) is fatal there too.
+    return Fault(Action.RETRY if is_transient(error) else Action.FATAL, None)

@@ -1,7 +1,7 @@
 """The wait's fault model as a table: each error the shared watch and the trigger can meet, and what
 they do about it. The errors are built as the real libraries raise them (kubernetes_asyncio's
 ``ApiException`` and ``ConfigException``, aiohttp's client errors, the cluster client's
-``CredentialsUnavailable``-style ``ConnectionError``, json's decode error of a line cut short)."""
+``CredentialsUnavailable``, json's decode error of a line cut short)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from aiohttp.client_reqrep import ConnectionKey
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
+from airflow_provider_disttrain.hooks.cluster_client import CredentialsUnavailable
 from airflow_provider_disttrain.hooks.faults import Action, classify
 
 
@@ -35,12 +36,13 @@ def connector_error() -> aiohttp.ClientConnectorError:
     return aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "Connection refused"))
 
 
-class CredentialsUnavailable(ConnectionError):
-    """Shaped like the cluster client's: an exec plugin that failed (``cause``) or hung (None)."""
-
-    def __init__(self, message: str, cause: BaseException | None = None) -> None:
-        super().__init__(message)
-        self.cause = cause
+def plugin_failure_wrapped() -> BaseException:
+    """As the cluster client raises it: ``raise CredentialsUnavailable(...) from error``."""
+    cause = ConfigException("exec: process returned 1")
+    try:
+        raise CredentialsUnavailable("plugin failed", cause) from cause
+    except CredentialsUnavailable as error:
+        return error
 
 
 TABLE = [
@@ -75,15 +77,11 @@ TABLE = [
     ("exec plugin printed garbage", ConfigException("exec: failed to decode process output: x"), Action.RETRY),
     (
         "exec plugin failed, wrapped by the cluster client",
-        CredentialsUnavailable("plugin failed", ConfigException("exec: process returned 1")),
+        plugin_failure_wrapped(),
         Action.RETRY,
     ),
     ("exec plugin hung, wrapped by the cluster client", CredentialsUnavailable("plugin timed out"), Action.RETRY),
-    (
-        "exec plugin command missing",
-        CredentialsUnavailable("no plugin", FileNotFoundError(2, "No such file", "aws")),
-        Action.FATAL,
-    ),
+    ("exec plugin command missing", FileNotFoundError(2, "No such file", "aws"), Action.FATAL),
     ("malformed exec section", ConfigException("exec: malformed response. missing key 'status'"), Action.FATAL),
     ("kubeconfig file missing", FileNotFoundError(2, "No such file", "/kube/config"), Action.FATAL),
     (

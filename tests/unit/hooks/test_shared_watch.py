@@ -37,6 +37,18 @@ def connection(server: Any, **user: Any) -> ClusterConnection:
     return ClusterConnection(kubeconfig=server.kubeconfig(user=user or None))
 
 
+def exec_plugin_user(plugin: Path) -> dict[str, Any]:
+    """A kubeconfig user whose token comes from running ``plugin`` (as aws, gcloud or kubelogin run)."""
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": sys.executable,
+            "args": [str(plugin)],
+            "interactiveMode": "Never",
+        }
+    }
+
+
 def real_plugin_runs_take_real_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A plugin is a real subprocess: while the loop waits for it, virtual time runs ahead to the next
     timer, so the client build's timeout must not be the next one."""
@@ -214,14 +226,7 @@ async def test_a_401_rebuilds_the_client_with_fresh_credentials(
         "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential',"
         " 'status': {'token': token}}))\n"
     )
-    exec_user = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1",
-            "command": sys.executable,
-            "args": [str(plugin)],
-            "interactiveMode": "Never",
-        }
-    }
+    exec_user = exec_plugin_user(plugin)
     await apiserver.put(labelled_job("a", running_status()))
 
     async with subscribe(connection(apiserver, **exec_user), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
@@ -461,14 +466,7 @@ async def test_an_exec_plugin_failing_during_a_renewal_is_an_outage_not_a_refusa
         "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential',"
         " 'status': {'token': token}}))\n"
     )
-    exec_user = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1",
-            "command": sys.executable,
-            "args": [str(plugin)],
-            "interactiveMode": "Never",
-        }
-    }
+    exec_user = exec_plugin_user(plugin)
     apiserver.tokens = {"token-1"}
     await apiserver.put(labelled_job("a", running_status()))
     async with subscribe(connection(apiserver, **exec_user), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
