@@ -29,7 +29,7 @@ TASK_INSTANCE_LABEL = f"{LABEL_PREFIX}/task-instance"
 
 
 def is_dns1035_label(name: str) -> bool:
-    return len(name) <= MAX_NAME_LENGTH and bool(_DNS1035.match(name))
+    return len(name) <= MAX_NAME_LENGTH and bool(_DNS1035.fullmatch(name))
 
 
 def to_dns1035(text: str) -> str:
@@ -63,7 +63,7 @@ def sanitize_label_value(value: object) -> str:
 
 
 def is_label_value(value: str) -> bool:
-    return len(value) <= MAX_NAME_LENGTH and bool(_LABEL_VALUE.match(value))
+    return len(value) <= MAX_NAME_LENGTH and bool(_LABEL_VALUE.fullmatch(value))
 
 
 def task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: int | None) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_disttrain.kinds import JobKind
-from airflow_provider_disttrain.manifest.pod_validation import env_entries
+from airflow_provider_disttrain.manifest.pod_validation import env_entries, validate_job_parameters
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_VOLUME = "dshm"
@@ -230,6 +230,7 @@ def build_manifest(
 ) -> dict[str, Any]:
     """A complete job manifest: ``base`` (or a skeleton) with ``params`` applied over it."""
     params = params or JobParameters()
+    validate_job_parameters(params)
     manifest = copy.deepcopy(dict(base)) if base else _skeleton(kind, params)
     manifest.setdefault("apiVersion", kind.api_version)
     manifest.setdefault("kind", kind.kind)

@@ -53,7 +53,7 @@ def parse_quantity(value: object) -> Decimal | None:
     text = quantity_text(value)
     if text is None:
         return None
-    match = _QUANTITY.match(text)
+    match = _QUANTITY.fullmatch(text)
     if match is None:
         return None
     sign, number, binary, decimal_si, exponent = match.groups()
@@ -90,11 +90,11 @@ QUALIFIED_NAME_MAX_LENGTH = 63
 
 
 def is_dns1123_label(value: str) -> bool:
-    return len(value) <= DNS1123_LABEL_MAX_LENGTH and bool(_DNS1123_LABEL.match(value))
+    return len(value) <= DNS1123_LABEL_MAX_LENGTH and bool(_DNS1123_LABEL.fullmatch(value))
 
 
 def is_dns1123_subdomain(value: str) -> bool:
-    return len(value) <= DNS1123_SUBDOMAIN_MAX_LENGTH and bool(_DNS1123_SUBDOMAIN.match(value))
+    return len(value) <= DNS1123_SUBDOMAIN_MAX_LENGTH and bool(_DNS1123_SUBDOMAIN.fullmatch(value))
 
 
 def is_qualified_name(value: str) -> bool:
@@ -102,7 +102,47 @@ def is_qualified_name(value: str) -> bool:
     prefix, slash, name = value.rpartition("/")
     if slash and (not prefix or not is_dns1123_subdomain(prefix) or prefix.count("/")):
         return False
-    return len(name) <= QUALIFIED_NAME_MAX_LENGTH and bool(_QUALIFIED_NAME_PART.match(name))
+    return len(name) <= QUALIFIED_NAME_MAX_LENGTH and bool(_QUALIFIED_NAME_PART.fullmatch(name))
+
+
+LABEL_VALUE_MAX_LENGTH = 63
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def label_problems(labels: object) -> list[tuple[str, str]]:
+    """``ValidateLabels``: (key, why) for each label the API server refuses; ``("", why)`` for the whole."""
+    if not isinstance(labels, Mapping):
+        return [("", f"must be a mapping of label keys to values, got a {type(labels).__name__}")]
+    problems = []
+    for key, value in labels.items():
+        if not isinstance(key, str) or not is_qualified_name(key):
+            problems.append((str(key), f"{key!r} is not a label key ([prefix/]name: {QUALIFIED_NAME_HELP})"))
+        elif not isinstance(value, str):
+            problems.append((key, f"{value!r} is not a valid label value: it must be a string (quote it)"))
+        elif len(value) > LABEL_VALUE_MAX_LENGTH or not _LABEL_VALUE.fullmatch(value):
+            problems.append((key, f"{value!r} is not a valid label value ({LABEL_VALUE_HELP})"))
+    return problems
+
+
+def annotation_problems(annotations: object) -> list[tuple[str, str]]:
+    """``ValidateAnnotations``: keys are qualified names, values strings (a number or bool is refused)."""
+    if not isinstance(annotations, Mapping):
+        return [("", f"must be a mapping of annotation keys to strings, got a {type(annotations).__name__}")]
+    problems = []
+    for key, value in annotations.items():
+        if not isinstance(key, str) or not is_qualified_name(key.lower()):
+            problems.append((str(key), f"{key!r} is not an annotation key ([prefix/]name: {QUALIFIED_NAME_HELP})"))
+        elif not isinstance(value, str):
+            # Not echoed: an annotation may carry anything.
+            problems.append((key, f"an annotation value must be a string, got a {type(value).__name__}: quote it"))
+    return problems
+
+
+QUALIFIED_NAME_HELP = (
+    "the name at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit; "
+    "the prefix a DNS subdomain"
+)
+LABEL_VALUE_HELP = "at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
 
 
 def namespace_problem(value: object) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     import jinja2
 
 MANIFEST_EXTENSIONS = (".yaml", ".yml", ".json")
+# etcd refuses a request over 1.5 MiB; no job manifest comes near it. Bounds the text and what its
+# aliases expand to (each alias is a copy once the manifest is sent as JSON: a few hundred bytes of
+# nested aliases become tens of MiB).
+MAX_MANIFEST_BYTES = 1_572_864
 
 
 def is_manifest_path(source: object) -> bool:
@@ -37,19 +41,61 @@ def manifest_template(env: jinja2.Environment, path: str, field: str = "job_mani
     import jinja2
 
     path = path.strip()
+    _refuse_templated_path(path, field)
+    roots = template_search_roots(env.loader)
     if os.path.isabs(path):
         if not Path(path).is_file():
             raise InvalidJobSpecError(field, f"manifest file {path!r} does not exist")
+        _refuse_outside(path, roots, field)
         return env.from_string(Path(path).read_text())
     try:
-        return env.get_template(path)
+        template = env.get_template(path)
     except jinja2.TemplateNotFound as error:
         raise InvalidJobSpecError(
             field, f"manifest file {path!r} not found in the DAG folder or the DAG's template_searchpath"
         ) from error
+    if template.filename:  # a symlink in the DAG folder may point anywhere
+        _refuse_outside(template.filename, roots, field)
+    return template
 
 
-def load_manifest(source: Mapping[str, Any] | str | None, field: str = "job_manifest") -> dict[str, Any] | None:
+def _refuse_templated_path(path: str, field: str) -> None:
+    """A file is looked up before anything is rendered: Jinja in its name would never be found."""
+    if "{{" in path or "{%" in path:
+        raise InvalidJobSpecError(
+            field,
+            f"the manifest file name {path!r} contains Jinja, but the file is looked up before rendering: "
+            "name the file literally and template its content",
+        )
+
+
+def template_search_roots(loader: Any) -> list[Path]:
+    """The folders a DAG's templates come from: its Jinja loader's (Airflow's: the DAG folder and
+    ``template_searchpath``); ``operator.get_template_env().loader`` for an operator."""
+    import jinja2
+
+    if isinstance(loader, jinja2.FileSystemLoader):
+        return [Path(root).resolve() for root in loader.searchpath]
+    if isinstance(loader, jinja2.ChoiceLoader):
+        return [root for inner in loader.loaders for root in template_search_roots(inner)]
+    return []
+
+
+def _refuse_outside(path: str | os.PathLike[str], roots: Sequence[Path], field: str) -> None:
+    resolved = Path(path).resolve()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        raise InvalidJobSpecError(
+            field,
+            f"manifest file {str(path)!r} is outside the DAG folder and the DAG's template_searchpath "
+            f"({', '.join(str(root) for root in roots) or 'none known'}); put it there",
+        )
+
+
+def load_manifest(
+    source: Mapping[str, Any] | str | None, field: str = "job_manifest", *, search_roots: Sequence[Path] | None = None
+) -> dict[str, Any] | None:
+    """``job_manifest`` as a dict: a mapping, YAML/JSON text, or the path of a file inside ``search_roots``
+    (a value rendered into a path at run time; None: any path, for callers outside a DAG)."""
     if source is None:
         return None
     if isinstance(source, Mapping):
@@ -62,13 +108,69 @@ def load_manifest(source: Mapping[str, Any] | str | None, field: str = "job_mani
         path = Path(stripped)
         if not path.is_file():
             raise InvalidJobSpecError(field, f"manifest file {stripped!r} does not exist")
+        if search_roots is not None:
+            _refuse_outside(path, search_roots, field)
         text = path.read_text()
-    try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as err:
-        raise InvalidJobSpecError(field, f"not valid YAML: {err}") from err
+    documents = [doc for doc in parse_yaml(text, field) if doc is not None]
     if len(documents) != 1:
         raise InvalidJobSpecError(field, f"expected exactly one YAML document, found {len(documents)}")
     if not isinstance(documents[0], dict):
         raise InvalidJobSpecError(field, f"expected a mapping, got {type(documents[0]).__name__}")
     return documents[0]
+
+
+def parse_yaml(text: str, field: str = "job_manifest") -> list[Any]:
+    """The YAML documents of ``text``, refusing one whose aliases expand past ``MAX_MANIFEST_BYTES``.
+
+    PyYAML's composer shares an aliased node instead of copying it, so the expanded size is counted on
+    the node graph (each distinct node once, memoised) before anything is constructed. Errors name the
+    line and column, never the text: a manifest may hold secrets.
+    """
+    if len(text.encode()) > MAX_MANIFEST_BYTES:
+        raise InvalidJobSpecError(field, f"is larger than {MAX_MANIFEST_BYTES} bytes, more than etcd accepts")
+    loader = yaml.SafeLoader(text)
+    documents = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is not None and _expanded_size(node, {}, set(), field) > MAX_MANIFEST_BYTES:
+                raise InvalidJobSpecError(
+                    field,
+                    f"expands to more than {MAX_MANIFEST_BYTES} bytes through its YAML aliases (*name); write "
+                    "the repeated parts out",
+                )
+            documents.append(loader.construct_document(node) if node is not None else None)
+    except yaml.YAMLError as error:
+        raise InvalidJobSpecError(field, f"not valid YAML: {_where(error)}") from None
+    finally:
+        loader.dispose()
+    return documents
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int], field: str) -> int:
+    """Bytes the node takes once every alias in it is a copy (scalars by their length)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise InvalidJobSpecError(field, "a YAML alias refers to a node that contains it (a recursive structure)")
+    open_nodes.add(key)
+    if isinstance(node, yaml.ScalarNode):
+        size = len(node.value) + 1
+    elif isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(item, sizes, open_nodes, field) for item in node.value)
+    else:
+        size = 1 + sum(
+            _expanded_size(k, sizes, open_nodes, field) + _expanded_size(v, sizes, open_nodes, field)
+            for k, v in node.value
+        )
+    open_nodes.discard(key)
+    sizes[key] = size
+    return size
+
+
+def _where(error: yaml.YAMLError) -> str:
+    """The parser's complaint and position, without the snippet of the text PyYAML appends."""
+    problem = getattr(error, "problem", None) or type(error).__name__
+    mark = getattr(error, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(problem)

@@ -9,18 +9,23 @@ field's full path in the error.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.manifest.kube_rules import (
     RESOURCE_REQUIREMENTS_FIELDS,
+    annotation_problems,
     env_name_problem,
     is_dns1123_label,
+    label_problems,
     parse_quantity,
     quantity_problem,
     resource_requirements_problems,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_disttrain.manifest.builder import JobParameters
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 
@@ -162,6 +167,8 @@ def _validate_volumes(pod_spec: Mapping[str, Any], field: str) -> set[str]:
 def validate_pod_spec(pod_spec: Mapping[str, Any], field: str) -> None:
     """Raise ``InvalidJobSpecError`` for the first pod rule ``pod_spec`` breaks; ``field`` is its path."""
     volumes = _validate_volumes(pod_spec, field)
+    validate_tolerations(pod_spec.get("tolerations"), f"{field}.tolerations")
+    validate_labels(pod_spec.get("nodeSelector"), f"{field}.nodeSelector")
     for key in _CONTAINER_LISTS:
         for index, container in enumerate(_named(pod_spec.get(key), f"{field}.{key}")):
             name = container.get("name")
@@ -169,6 +176,8 @@ def validate_pod_spec(pod_spec: Mapping[str, Any], field: str) -> None:
             if not isinstance(name, str) or not is_dns1123_label(name):
                 raise InvalidJobSpecError(f"{label}.name", f"{name!r} is not a DNS-1123 label")
             validate_env(container.get("env"), f"{label}.env")
+            for list_field in ("command", "args"):
+                validate_string_list(container.get(list_field), f"{label}.{list_field}")
             if container.get("resources") is not None:
                 validate_resources(container["resources"], f"{label}.resources")
             for mount in _named(container.get("volumeMounts"), f"{label}.volumeMounts"):
@@ -177,3 +186,54 @@ def validate_pod_spec(pod_spec: Mapping[str, Any], field: str) -> None:
                         f"{label}.volumeMounts[{volume}]",
                         f"mounts volume {volume!r}, which the pod does not have (volumes: {sorted(volumes)})",
                     )
+
+
+def validate_string_list(value: Any, field: str) -> None:
+    """A list of strings (``command``, ``args``, ``image_pull_secrets``); a lone string would become one
+    item per character."""
+    if value is None:
+        return
+    if isinstance(value, str):
+        raise InvalidJobSpecError(field, f"must be a list of strings, not a string: write [{value!r}] or split it")
+    if not isinstance(value, (list, tuple)):
+        raise InvalidJobSpecError(field, f"must be a list of strings, got a {type(value).__name__}")
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise InvalidJobSpecError(f"{field}[{index}]", f"must be a string, got a {type(item).__name__}")
+
+
+def validate_tolerations(tolerations: Any, field: str) -> None:
+    if tolerations is None:
+        return
+    if isinstance(tolerations, Mapping):
+        raise InvalidJobSpecError(field, "must be a list of tolerations, got one mapping: wrap it in a list")
+    if not isinstance(tolerations, (list, tuple)) or not all(isinstance(item, Mapping) for item in tolerations):
+        raise InvalidJobSpecError(field, "must be a list of toleration mappings (key, operator, value, effect)")
+
+
+def validate_labels(labels: Any, field: str) -> None:
+    """Label keys and values as the API server's ``ValidateLabels`` (also ``nodeSelector``'s rules)."""
+    if labels is None:
+        return
+    for key, problem in label_problems(labels):
+        raise InvalidJobSpecError(f"{field}.{key}" if key else field, problem)
+
+
+def validate_annotations(annotations: Any, field: str) -> None:
+    if annotations is None:
+        return
+    for key, problem in annotation_problems(annotations):
+        raise InvalidJobSpecError(f"{field}.{key}" if key else field, problem)
+
+
+def validate_job_parameters(params: JobParameters) -> None:
+    """The builder's parameters whose wrong shape the builder would turn into something else, silently.
+
+    Run by ``build_manifest`` before it applies them; ``validate_pod_spec`` then checks the result.
+    """
+    for name in ("command", "args", "image_pull_secrets"):
+        validate_string_list(getattr(params, name), name)
+    validate_tolerations(params.tolerations, "tolerations")
+    validate_labels(params.labels, "labels")
+    validate_labels(params.node_selector, "node_selector")
+    validate_annotations(params.annotations, "annotations")

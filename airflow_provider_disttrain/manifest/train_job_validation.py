@@ -100,7 +100,7 @@ def _validate_initializer(spec: Mapping[str, Any]) -> None:
         config = _require_mapping(initializer[step], field)
         uri = config.get("storageUri")
         if uri is not None and (
-            not isinstance(uri, str) or len(uri) > _MAX_STORAGE_URI or (uri and not _STORAGE_URI.match(uri))
+            not isinstance(uri, str) or len(uri) > _MAX_STORAGE_URI or (uri and not _STORAGE_URI.fullmatch(uri))
         ):
             raise InvalidJobSpecError(
                 f"{field}.storageUri", f"{uri!r} is not a URI such as 's3://bucket/path' or 'hf://org/model'"
@@ -111,7 +111,7 @@ def _validate_initializer(spec: Mapping[str, Any]) -> None:
 def _manager_problem(manager: Any) -> str | None:
     """``IsDomainPrefixedPath``: ``<DNS-1123 subdomain>/<path>``, e.g. ``example.io/platform-team``."""
     host, slash, path = str(manager).partition("/") if isinstance(manager, str) else ("", "", "")
-    if not slash or not host or not path or not is_dns1123_subdomain(host) or not _HTTP_PATH.match(path):
+    if not slash or not host or not path or not is_dns1123_subdomain(host) or not _HTTP_PATH.fullmatch(path):
         return f"{manager!r} is not a domain-prefixed path such as 'example.io/platform-team'"
     return None
 

@@ -14,8 +14,8 @@ from typing import Any
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JOB_KINDS, JobKind
 from airflow_provider_disttrain.manifest.kube_rules import namespace_problem
-from airflow_provider_disttrain.manifest.pod_validation import validate_pod_spec
-from airflow_provider_disttrain.naming import MAX_NAME_LENGTH, is_dns1035_label, is_label_value
+from airflow_provider_disttrain.manifest.pod_validation import validate_annotations, validate_labels, validate_pod_spec
+from airflow_provider_disttrain.naming import MAX_NAME_LENGTH, is_dns1035_label
 
 _CLEAN_POD_POLICIES = frozenset({"All", "Running", "None"})
 _NON_NEGATIVE_RUN_POLICY = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
@@ -99,9 +99,7 @@ def validate_name(kind: JobKind, manifest: Mapping[str, Any]) -> None:
             f"{name!r} has {len(name)} characters; at most {limit} fit once the operator appends "
             "'-<replica>-<index>' to name pods and services",
         )
-    for key, value in (_get(manifest, "metadata.labels") or {}).items():
-        if not isinstance(value, str) or not is_label_value(value):
-            raise InvalidJobSpecError(f"metadata.labels.{key}", f"{value!r} is not a valid label value")
+    validate_labels(_get(manifest, "metadata.labels"), "metadata.labels")  # TrainJobs' validation calls this too
 
 
 def _validate_container(kind: JobKind, pod_spec: Mapping[str, Any], field: str) -> None:
@@ -171,6 +169,7 @@ def _validate_replicas(kind: JobKind, manifest: Mapping[str, Any]) -> None:
         pod_spec = _require_mapping(template.get("spec"), f"{replica_field}.template.spec")
         _validate_container(kind, pod_spec, f"{replica_field}.template.spec")
         validate_pod_spec(pod_spec, f"{replica_field}.template.spec")
+        _validate_metadata(template.get("metadata"), f"{replica_field}.template.metadata")
 
 
 def _validate_spec_fields(kind: JobKind, manifest: Mapping[str, Any]) -> None:
@@ -263,6 +262,29 @@ def validate_log_replicas_exist(
             )
 
 
+def _validate_metadata(metadata: Any, field: str) -> None:
+    """Labels and annotations of the job or a pod template, as the API server's ObjectMeta rules."""
+    if metadata is None:
+        return
+    metadata = _require_mapping(metadata, field)
+    validate_labels(metadata.get("labels"), f"{field}.labels")
+    validate_annotations(metadata.get("annotations"), f"{field}.annotations")
+
+
+def validate_namespace_agrees(manifest: Mapping[str, Any] | None, namespace: str | None) -> None:
+    """A ``namespace`` parameter must not contradict the manifest's ``metadata.namespace``.
+
+    Either may be left out (the other decides); both set and different is refused rather than one
+    silently winning.
+    """
+    written = _get(manifest or {}, "metadata.namespace")
+    if namespace is not None and written is not None and written != namespace:
+        raise InvalidJobSpecError(
+            "namespace",
+            f"{namespace!r} contradicts the manifest's metadata.namespace {written!r}: give one of them, or the same",
+        )
+
+
 def validate_manifest(kind: JobKind, manifest: Mapping[str, Any]) -> None:
     """Raise ``InvalidJobSpecError`` naming the first field the operators would reject."""
     if kind.replica_specs_key is None:
@@ -270,6 +292,7 @@ def validate_manifest(kind: JobKind, manifest: Mapping[str, Any]) -> None:
     _validate_kind(kind, manifest)
     if (namespace := _get(manifest, "metadata.namespace")) is not None:
         validate_namespace(namespace, "metadata.namespace")
+    _validate_metadata(manifest.get("metadata"), "metadata")
     _require_mapping(manifest.get("spec"), "spec")
     _validate_replicas(kind, manifest)
     _validate_spec_fields(kind, manifest)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS
-from airflow_provider_disttrain.manifest.loading import load_manifest
+from airflow_provider_disttrain.manifest.loading import load_manifest, template_search_roots
 from airflow_provider_disttrain.manifest.pod_validation import validate_resources
 from airflow_provider_disttrain.manifest.train_job import TrainJobParameters, build_train_job
 from airflow_provider_disttrain.manifest.train_job_validation import (
@@ -136,7 +136,10 @@ class TrainJobOperator(TrainingJobOperator):
     # -- the steps TrainingJobOperator.build_job_manifest leaves to the kind ------------------------
 
     def assemble_manifest(self) -> dict[str, Any]:
-        return build_train_job(load_manifest(self.job_manifest), self.train_job_parameters())
+        return build_train_job(
+            load_manifest(self.job_manifest, search_roots=template_search_roots(self.get_template_env().loader)),
+            self.train_job_parameters(),
+        )
 
     def _runtime(self, manifest: Mapping[str, Any], namespace: str) -> dict[str, Any] | None:
         """The runtime ``spec.runtimeRef`` names, read once per task run (one GET)."""

@@ -32,7 +32,12 @@ from airflow_provider_disttrain.links import TrainingJobLink
 from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import JobParameters, RunPolicy, build_manifest, set_identity
-from airflow_provider_disttrain.manifest.loading import is_manifest_path, load_manifest, manifest_template
+from airflow_provider_disttrain.manifest.loading import (
+    is_manifest_path,
+    load_manifest,
+    manifest_template,
+    template_search_roots,
+)
 from airflow_provider_disttrain.manifest.pod_validation import (
     env_values_by_name,
     validate_resources_parameter,
@@ -43,6 +48,7 @@ from airflow_provider_disttrain.manifest.validation import (
     validate_log_replicas_exist,
     validate_manifest,
     validate_namespace,
+    validate_namespace_agrees,
 )
 from airflow_provider_disttrain.metrics import leader_metrics
 from airflow_provider_disttrain.naming import (
@@ -358,7 +364,11 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
 
     def assemble_manifest(self) -> dict[str, Any]:
         """The job from ``job_manifest`` and the parameters, not yet named or checked."""
-        return build_manifest(self.job_kind, load_manifest(self.job_manifest), self.job_parameters())
+        return build_manifest(
+            self.job_kind,
+            load_manifest(self.job_manifest, search_roots=template_search_roots(self.get_template_env().loader)),
+            self.job_parameters(),
+        )
 
     def job_name_room(self, manifest: Mapping[str, Any], namespace: str) -> int:
         """The longest name a generated job name may have (its pods' names must stay DNS labels)."""
@@ -373,6 +383,7 @@ class TrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         kind = self.job_kind
         manifest = self.assemble_manifest()
         metadata = manifest.get("metadata") or {}
+        validate_namespace_agrees(manifest, self.namespace)
         namespace = self.namespace or metadata.get("namespace") or default_namespace
         validate_namespace(
             namespace, "metadata.namespace" if not self.namespace and metadata.get("namespace") else "namespace"

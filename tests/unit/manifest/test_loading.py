@@ -80,7 +80,10 @@ def test_invalid_yaml_is_refused_naming_the_field():
     with pytest.raises(InvalidJobSpecError, match=r"^job_manifest: not valid YAML") as excinfo:
         load_manifest(text)
     assert excinfo.value.field == "job_manifest"
-    assert isinstance(excinfo.value.__cause__, yaml.YAMLError)
+    assert "at line 5, column 1" in str(excinfo.value)
+    # Neither the message nor a chained parser error (whose text quotes the file) echoes the manifest.
+    assert "pytorchReplicaSpecs" not in str(excinfo.value)
+    assert excinfo.value.__cause__ is None and excinfo.value.__suppress_context__
 
 
 def test_the_field_name_can_be_chosen():
@@ -135,3 +138,42 @@ def test_a_directory_named_like_a_manifest_is_not_a_file(tmp_path):
 
 def test_the_manifest_extensions_are_the_ones_airflow_renders():
     assert MANIFEST_EXTENSIONS == (".yaml", ".yml", ".json")
+
+
+# -- hostile YAML ---------------------------------------------------------------------------------------------
+
+
+def alias_bomb(levels: int) -> str:
+    """A PyTorchJob whose annotations hold nested aliases: each level repeats the one before ten times."""
+    lines = ["apiVersion: kubeflow.org/v1", "kind: PyTorchJob", "metadata:", "  name: bomb", "x:"]
+    lines.append('  l0: &l0 ["' + "x" * 50 + '"]')
+    for level in range(1, levels + 1):
+        lines.append(f"  l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_manifest_whose_aliases_expand_past_the_bound_is_refused_before_it_is_built():
+    text = alias_bomb(6)  # ~700 bytes of text, 50 MB once every alias is a copy
+    assert len(text) < 1000
+
+    with pytest.raises(InvalidJobSpecError, match="expands to more than 1572864 bytes through its YAML aliases"):
+        load_manifest(text)
+
+
+def test_a_recursive_alias_is_refused():
+    with pytest.raises(InvalidJobSpecError, match="recursive"):
+        load_manifest("metadata: &m {name: a, self: *m}\n")
+
+
+def test_anchors_reused_a_few_times_are_fine():
+    text = "container: &c {name: pytorch, image: t:1}\nspec: {a: *c, b: *c}\n"
+
+    assert load_manifest(text) == {
+        "container": {"name": "pytorch", "image": "t:1"},
+        "spec": {"a": {"name": "pytorch", "image": "t:1"}, "b": {"name": "pytorch", "image": "t:1"}},
+    }
+
+
+def test_a_manifest_larger_than_etcd_takes_is_refused():
+    with pytest.raises(InvalidJobSpecError, match="larger than 1572864 bytes"):
+        load_manifest("a: " + "x" * 1_600_000 + "\n")

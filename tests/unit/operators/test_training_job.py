@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk import DAG
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout, TaskDeferred
 
@@ -147,7 +148,7 @@ def test_sync_submission_names_labels_and_places_the_job() -> None:
     assert hook.called("find_jobs")[0][0][2] == {TASK_INSTANCE_LABEL: our_labels(ti)[TASK_INSTANCE_LABEL]}
 
 
-def test_namespace_of_the_operator_wins_over_the_manifest_and_the_connection() -> None:
+def test_namespace_of_the_manifest_or_the_operator_wins_over_the_connection() -> None:
     manifest = {"metadata": {"name": "from-manifest", "namespace": "team-a"}}
     hook = progressing(succeeded_status(), namespace="ml")
 
@@ -156,8 +157,21 @@ def test_namespace_of_the_operator_wins_over_the_manifest_and_the_connection() -
     assert hook.only_job()["metadata"]["name"].startswith("from-manifest-")
 
     hook = progressing(succeeded_status(), namespace="ml")
-    make_operator(hook, job_manifest=manifest, namespace="team-b").execute(make_context())
+    make_operator(hook, job_manifest=manifest, namespace="team-a").execute(make_context())
+    assert hook.only_job()["metadata"]["namespace"] == "team-a"
+
+    hook = progressing(succeeded_status(), namespace="ml")
+    make_operator(hook, namespace="team-b").execute(make_context())
     assert hook.only_job()["metadata"]["namespace"] == "team-b"
+
+
+def test_a_namespace_contradicting_the_manifests_is_refused_before_anything_is_sent() -> None:
+    manifest = {"metadata": {"name": "from-manifest", "namespace": "team-a"}}
+    hook = progressing(succeeded_status(), namespace="ml")
+
+    with pytest.raises(InvalidJobSpecError, match=r"'team-b' contradicts the manifest's metadata\.namespace 'team-a'"):
+        make_operator(hook, job_manifest=manifest, namespace="team-b").execute(make_context())
+    assert hook.jobs == {}
 
 
 def test_sync_failure_explains_the_reason_and_the_oom_killed_replica() -> None:
@@ -322,8 +336,13 @@ def test_manifest_from_a_yaml_file(tmp_path: Path) -> None:
         )
     )
     hook = progressing(succeeded_status())
+    # A path that reaches execute() unrendered (run outside a DAG run) is read from the DAG's search path only.
+    with DAG("files", schedule=None, start_date=datetime(2024, 1, 1), template_searchpath=[str(tmp_path)]):
+        operator = make_operator(hook, job_manifest=str(path), image=None, num_workers=None)
+    with pytest.raises(InvalidJobSpecError, match="outside the DAG folder"):
+        make_operator(hook, job_manifest=str(path), image=None, num_workers=None).execute(make_context())
 
-    make_operator(hook, job_manifest=str(path), image=None, num_workers=None).execute(make_context())
+    operator.execute(make_context())
 
     manifest = hook.called("create_job")[0][0][1]
     assert manifest["metadata"]["name"].startswith("from-file-")

@@ -111,15 +111,31 @@ def test_a_manifest_path_relative_to_the_dag_folder_is_a_rendered_template(dag_f
     assert yaml.safe_load(operator.job_manifest)["metadata"]["name"] == "nightly-20240501"
 
 
-def test_an_absolute_manifest_path_is_a_rendered_template_too(
-    dag_folder: Path, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    elsewhere = tmp_path_factory.mktemp("shared") / "job.yml"
-    elsewhere.write_text(MANIFEST)
-
-    operator = rendered(task(dag_folder, job_manifest=str(elsewhere)))
+def test_an_absolute_manifest_path_is_a_rendered_template_too(dag_folder: Path) -> None:
+    operator = rendered(task(dag_folder, job_manifest=str(dag_folder / "manifests" / "job.yaml")))
 
     assert yaml.safe_load(operator.job_manifest)["metadata"]["name"] == "nightly-20240501"
+
+
+def test_a_manifest_file_outside_the_dag_folder_and_search_path_is_refused_unread(
+    dag_folder: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "job.yml"
+    elsewhere.write_text("apiVersion: v1\nkind: Secret\ndata: {token: c2VjcmV0LXZhbHVl}\n")
+    (dag_folder / "linked.yaml").symlink_to(elsewhere)
+
+    for path in (str(elsewhere), "linked.yaml"):
+        with pytest.raises(InvalidJobSpecError, match="outside the DAG folder") as raised:
+            rendered(task(dag_folder, job_manifest=path))
+        assert raised.value.field == "job_manifest"
+        assert "c2VjcmV0" not in str(raised.value)
+
+
+def test_a_manifest_path_with_jinja_is_refused_naming_why(dag_folder: Path) -> None:
+    with pytest.raises(InvalidJobSpecError, match="contains Jinja") as raised:
+        rendered(task(dag_folder, job_manifest="manifests/{{ ds_nodash }}.yaml"))
+
+    assert raised.value.field == "job_manifest"
 
 
 @pytest.mark.parametrize("path", ["manifests/missing.yaml", "/nonexistent/job.json"])
