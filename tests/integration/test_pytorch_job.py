@@ -60,9 +60,12 @@ def test_pytorchjob_from_builder_parameters_succeeds(namespace, run_dag, jobs, d
 
 def test_pytorchjob_from_manifest_file_succeeds(namespace, run_dag, jobs, airflow_db):
     # Like a team's manifest kept in git next to the DAG: a template file the operator renders.
-    (airflow_db / "pt_manifest.yaml").write_text(MANIFEST.read_text())
+    # The Kubeflow example names namespace "kubeflow": a team's copy names its own (a namespace parameter that
+    # contradicts the manifest's is refused, as kubectl -n refuses it).
+    (airflow_db / "pt_manifest.yaml").write_text(
+        MANIFEST.read_text().replace("namespace: kubeflow", f"namespace: {namespace}")
+    )
     dag_id = unique_dag_id("pt_manifest")
-    # The Kubeflow example names namespace "kubeflow"; like kubectl, an explicit namespace wins over it.
     args = f"job_manifest='pt_manifest.yaml', namespace={namespace!r}, deferrable=True, startup_timeout=120"
     result = run_dag(dag_id, TRAIN_AND_CHECK.format(dag_id=dag_id, operator_args=args))
 

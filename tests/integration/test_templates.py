@@ -36,7 +36,12 @@ import pendulum
 from airflow.sdk import dag
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 
-@dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+@dag(
+    dag_id={dag_id!r},
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    template_searchpath=[{searchpath!r}],
+)
 def pipeline():
     PyTorchJobOperator(task_id="train", job_manifest={manifest!r}, wait_for_completion=False)
 
@@ -51,12 +56,12 @@ def test_an_absolute_manifest_is_rendered_and_file_names_inside_it_stay_text(
     (airflow_db / "configs").mkdir(exist_ok=True)
     (airflow_db / "configs" / "model.yaml").write_text("layers: 48\n")
     (airflow_db / "metrics.json").write_text("{}\n")
-    manifest = tmp_path / "shared" / "pytorchjob.yaml"  # outside the DAG folder
+    manifest = tmp_path / "shared" / "pytorchjob.yaml"  # outside the DAG folder, in its template_searchpath
     manifest.parent.mkdir()
     manifest.write_text(MANIFEST)
     dag_id = unique_dag_id("templates")
 
-    result = run_dag(dag_id, DAG.format(dag_id=dag_id, manifest=str(manifest)))
+    result = run_dag(dag_id, DAG.format(dag_id=dag_id, manifest=str(manifest), searchpath=str(manifest.parent)))
 
     assert result.task_state("train") == "success"
     live = jobs.get("pytorchjobs", namespace, result.xcom("train")["name"])
