@@ -6,6 +6,19 @@ DEVAIRFLOW_SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../cluster/lib.sh
 source "$DEVAIRFLOW_SRC_DIR/../cluster/lib.sh"
 
+# The deployment sets every Airflow setting it depends on itself (airflow.cfg.template): a caller's
+# AIRFLOW__SECTION__KEY variables (which Airflow ranks above airflow.cfg), AIRFLOW_CONFIG (another
+# config file), AIRFLOW_CONN_* and AIRFLOW_VAR_* (which shadow the connection and variables stored in
+# the metadata database) would otherwise reach every process started from here. An Airflow user's
+# shell often exports some (AIRFLOW__CORE__DAGS_FOLDER, say): the deployment would then parse another
+# folder while printing .devairflow/dags. Change the deployment through the template or DEVAIRFLOW_*.
+DEVAIRFLOW_IGNORED_VARS=()
+while IFS= read -r name; do
+  case "$name" in
+    AIRFLOW__* | AIRFLOW_CONFIG | AIRFLOW_CONN_* | AIRFLOW_VAR_*) DEVAIRFLOW_IGNORED_VARS+=("$name"); unset "$name" ;;
+  esac
+done < <(compgen -e)
+
 DEVAIRFLOW_DIR="${DEVAIRFLOW_DIR:-$REPO_ROOT/.devairflow}"
 mkdir -p "$DEVAIRFLOW_DIR"
 DEVAIRFLOW_DIR="$(cd "$DEVAIRFLOW_DIR" && pwd)"

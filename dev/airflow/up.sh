@@ -11,6 +11,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 T0=$SECONDS
 STARTUP_TIMEOUT="${DEVAIRFLOW_STARTUP_TIMEOUT:-180}"
 [ -x "$AIRFLOW_BIN" ] || die "$AIRFLOW_BIN not found (run: make venv)"
+[ ${#DEVAIRFLOW_IGNORED_VARS[@]} -eq 0 ] \
+  || log "ignoring the caller's ${DEVAIRFLOW_IGNORED_VARS[*]} (the deployment's settings are in dev/airflow/airflow.cfg.template)"
 
 "$DEVAIRFLOW_SRC_DIR/postgres.sh"
 "$DEVAIRFLOW_SRC_DIR/config.sh"
