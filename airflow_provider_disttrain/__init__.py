@@ -21,9 +21,11 @@ _LAZY_EXPORTS = {
     "SuspendTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
     "ResumeTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
     "TrainingJobSensor": "airflow_provider_disttrain.sensors.training_job",
+    "DeleteOrphanedTrainingJobsOperator": "airflow_provider_disttrain.operators.orphans",
 }
 
 __all__ = [
+    "DeleteOrphanedTrainingJobsOperator",
     "DeleteTrainingJobOperator",
     "MPIJobOperator",
     "PyTorchJobOperator",
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
         SuspendTrainingJobOperator,
     )
     from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
+    from airflow_provider_disttrain.operators.orphans import DeleteOrphanedTrainingJobsOperator
     from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
     from airflow_provider_disttrain.operators.train_job import TrainJobOperator
     from airflow_provider_disttrain.operators.training_job import TrainingJobOperator

@@ -29,6 +29,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_disttrain.operators.mpi_job",
                     "airflow_provider_disttrain.operators.train_job",
                     "airflow_provider_disttrain.operators.manage",
+                    "airflow_provider_disttrain.operators.orphans",
                 ],
             }
         ],

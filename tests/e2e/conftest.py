@@ -34,7 +34,7 @@ DEVAIRFLOW_DIR = Path(os.environ.get("DEVAIRFLOW_DIR", REPO / ".devairflow"))
 DEVCLUSTER_DIR = Path(os.environ.get("DEVCLUSTER_DIR", REPO / ".devcluster"))
 NAMESPACE = os.environ.get("DEVAIRFLOW_NAMESPACE", "disttrain-airflow")
 E2E_DAGS = Path(__file__).parent / "dags"
-E2E_DAG_IDS = ("disttrain_e2e_fanout", "disttrain_e2e_long", "disttrain_e2e_sync")
+E2E_DAG_IDS = ("disttrain_e2e_fanout", "disttrain_e2e_long", "disttrain_e2e_sync", "disttrain_e2e_orphan")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -242,6 +242,19 @@ def deferred_count(airflow: AirflowRest, dag_id: str, run_id: str, task_id: str 
     """How many map indexes of ``task_id`` are deferred with their trigger held by a triggerer."""
     tis = airflow.task_instances(dag_id, run_id, task_id)
     return sum(ti["state"] == "deferred" and ti["triggerer_job"] is not None for ti in tis)
+
+
+def task_process(ti: dict[str, Any]) -> psutil.Process:
+    """The process running a task instance: the task runner retitles itself "airflow worker -- <ti id>"."""
+    title = f"airflow worker -- {ti['id']}"
+
+    def find() -> psutil.Process | None:
+        for process in psutil.process_iter(["cmdline"]):
+            if title in " ".join(process.info["cmdline"] or []):
+                return process
+        return None
+
+    return wait_until(find, 30, f"the process titled {title!r}")
 
 
 def since(start: float) -> float:

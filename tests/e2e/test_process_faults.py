@@ -8,10 +8,8 @@ import re
 import signal
 import time
 
-import psutil
-
 from tests.e2e.airflow_rest import AirflowRest, wait_until
-from tests.e2e.conftest import Cluster, Process, deferred_count, job_succeeded, wait_for_health
+from tests.e2e.conftest import Cluster, Process, deferred_count, job_succeeded, task_process, wait_for_health
 
 FANOUT = "disttrain_e2e_fanout"
 SYNC = "disttrain_e2e_sync"
@@ -80,16 +78,7 @@ def test_a_task_process_killed_during_a_synchronous_wait_is_retried_and_reattach
     ti = airflow.wait_for_state(SYNC, run_id, "train", {"running"}, timeout=60)
     [job] = cluster.jobs(SYNC, run_id)
 
-    # The task process retitles itself "airflow worker -- <task instance id>".
-    title = f"airflow worker -- {ti['id']}"
-
-    def task_process() -> psutil.Process | None:
-        for process in psutil.process_iter(["cmdline"]):
-            if title in " ".join(process.info["cmdline"] or []):
-                return process
-        return None
-
-    process = wait_until(task_process, 30, f"the process titled {title!r}")
+    process = task_process(ti)
     process.send_signal(signal.SIGKILL)
     killed = time.monotonic()
 

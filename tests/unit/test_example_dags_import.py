@@ -13,6 +13,7 @@ EXPECTED = {
     "disttrain_manifest_first",
     "disttrain_taskflow_decorators",
     "disttrain_trainjob_finetune",
+    "disttrain_orphaned_job_cleanup",
 }
 
 

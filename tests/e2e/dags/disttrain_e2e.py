@@ -78,6 +78,23 @@ def synchronous() -> None:
     )
 
 
+@dag(
+    dag_id="disttrain_e2e_orphan",
+    schedule=None,
+    start_date=START,
+    default_args={"retries": 0},
+    tags=["disttrain-e2e"],
+)
+def orphan() -> None:
+    """Three training tasks whose jobs run 10 minutes: two wait in their worker process (the test
+    SIGKILLs the first one's), one waits deferred in the triggerer."""
+    long_job = {**COMMON, "annotations": {RUN_SECONDS: "600"}}
+    PyTorchJobOperator(task_id="killed", deferrable=False, **long_job)
+    PyTorchJobOperator(task_id="waiting", deferrable=False, **long_job)
+    PyTorchJobOperator(task_id="deferred", deferrable=True, **long_job)
+
+
 fanout()
 long_running()
 synchronous()
+orphan()

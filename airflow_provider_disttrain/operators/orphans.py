@@ -1,0 +1,184 @@
+"""A maintenance task for platform teams: delete training jobs whose Airflow task instance has ended.
+
+A task whose ``on_kill`` never ran (worker SIGKILLed, node lost) with no retry left leaves its job
+running. Scheduled every hour or so (``example_dags/orphaned_job_cleanup.py``), this operator finds
+such jobs by the labels the provider's operators put on every job and deletes them after a grace
+period. It reads task instance states through Airflow's execution API, as any Airflow 3 task must
+(``RuntimeTaskInstance.get_task_states``: tasks never touch the metadata database), and never touches
+a job whose task instance is running, deferred or may still retry. Which job gets what is decided in
+``airflow_provider_disttrain.orphans``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_disttrain.connection import ClusterConnectionMixin
+from airflow_provider_disttrain.hooks.api_errors import api_status
+from airflow_provider_disttrain.kinds import JOB_KINDS, get_job_kind
+from airflow_provider_disttrain.manifest.validation import validate_namespace
+from airflow_provider_disttrain.orphans import (
+    ORPHANED_SINCE_ANNOTATION,
+    Action,
+    Verdict,
+    find_task_instance,
+    judge,
+    owner_of,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+DEFAULT_GRACE_PERIOD = timedelta(minutes=30)
+# The keys of the returned report, one list of jobs per action.
+REPORT_KEYS = {Action.DELETE: "deleted", Action.MARK: "marked", Action.UNMARK: "unmarked", Action.KEEP: "kept"}
+TaskStates = Mapping[str, Mapping[str, "str | None"]]
+
+
+def parse_grace_period(value: timedelta | float | str) -> timedelta:
+    """A timedelta, or seconds (a number, or the string a template renders)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    else:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"grace_period: expected a timedelta or seconds, got {value!r}") from None
+    if not seconds >= 0:  # also refuses NaN
+        raise ValueError(f"grace_period: must be zero or more seconds, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+def parse_flag(field: str, value: bool | str) -> bool:
+    """A bool, or the string a template renders (``True``/``false``)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"{field}: expected true or false, got {value!r}")
+
+
+class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
+    """Delete the unfinished training jobs of one namespace whose task instance has ended.
+
+    A job is deleted when it carries the provider's task-instance labels, has not finished, and its
+    task instance is success, failed, skipped, upstream_failed or removed (no try will come back for
+    it) for at least ``grace_period``. The first run that finds a job orphaned marks it (annotation
+    ``disttrain.airflow.apache.org/orphaned-since``); a later run deletes it once the grace period has
+    passed, unless its task instance became active again meanwhile (someone cleared it). Finished jobs
+    are left to ``delete_on_finish`` and the TTL, and jobs whose task instance this Airflow does not
+    know (another deployment's, or their DAG run deleted) are kept. Returns and logs what was done to
+    each labelled job, and why.
+
+    :param namespace: the namespace to clean (templated; default: the connection's, else ``default``).
+    :param kinds: job kinds to look at (default: every kind of the kinds table whose CRD is installed).
+    :param grace_period: how long a job stays orphaned before it is deleted (a timedelta, or seconds;
+        templated); 0 deletes in the run that finds it.
+    :param report_only: a dry run: only report what would be marked and deleted, change nothing (templated).
+    :param kubernetes_conn_id: the cncf.kubernetes connection.
+    :param cluster_context: kubeconfig context overriding the connection's.
+    :param config_file: kubeconfig file overriding the connection's.
+    """
+
+    template_fields: Sequence[str] = ("namespace", "grace_period", "report_only", "config_file", "cluster_context")
+    ui_color = "#f1f3f4"
+
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        kinds: Sequence[str] | None = None,
+        grace_period: timedelta | float | str = DEFAULT_GRACE_PERIOD,
+        report_only: bool | str = False,
+        kubernetes_conn_id: str = "kubernetes_default",
+        cluster_context: str | None = None,
+        config_file: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.namespace = namespace
+        self.kinds = [get_job_kind(kind).kind for kind in (kinds if kinds is not None else JOB_KINDS)]
+        self.grace_period = grace_period
+        self.report_only = report_only
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.cluster_context = cluster_context
+        self.config_file = config_file
+        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        grace_period = parse_grace_period(self.grace_period)
+        dry_run = parse_flag("report_only", self.report_only)
+        namespace = self.namespace or self.hook.default_namespace()
+        validate_namespace(namespace)
+        task_states = _TaskStatesOnce(context["ti"].get_task_states)
+        now = self.clock()
+        report: dict[str, list[dict[str, Any]]] = {key: [] for key in REPORT_KEYS.values()}
+        for kind in self.kinds:
+            for job in self._labelled_jobs(kind, namespace):
+                owner = owner_of(job)
+                assert owner is not None  # _labelled_jobs keeps only these
+                task_instance = find_task_instance(owner, task_states(owner.dag_id, owner.task_id))
+                verdict = judge(job, task_instance, now, grace_period)
+                if not dry_run:
+                    self._apply(kind, namespace, job, verdict, now)
+                entry = {
+                    "kind": kind,
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"].get("uid"),
+                    "dag_id": owner.dag_id,
+                    "task_id": owner.task_id,
+                    "map_index": owner.map_index,
+                    "run_id": task_instance[0] if task_instance else None,
+                    "task_state": task_instance[1] if task_instance else None,
+                    "reason": verdict.reason,
+                }
+                report[REPORT_KEYS[verdict.action]].append(entry)
+                would = "would " if dry_run and verdict.action is not Action.KEEP else ""
+                self.log.info(
+                    "%s%s %s %s/%s: %s", would, verdict.action.value, kind, namespace, entry["name"], verdict.reason
+                )
+        self.log.info(
+            "%s%d deleted, %d marked orphaned, %d unmarked, %d kept in %s",
+            "dry run: " if dry_run else "",
+            *(len(jobs) for jobs in report.values()),
+            namespace,
+        )
+        return {"namespace": namespace, "dry_run": dry_run, **report}
+
+    def _labelled_jobs(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        try:
+            # Every job of the kind, filtered here: the hook selects on label values only, and the
+            # provider's jobs are told apart by the presence of the task-instance label.
+            jobs = self.hook.find_jobs(kind, namespace, {})
+        except Exception as error:
+            if api_status(error) != 404:
+                raise
+            self.log.info("%s is not installed in the cluster (404 on its list): skipped", kind)
+            return []
+        return [job for job in jobs if owner_of(job) is not None]
+
+    def _apply(self, kind: str, namespace: str, job: Mapping[str, Any], verdict: Verdict, now: datetime) -> None:
+        name, uid = job["metadata"]["name"], job["metadata"].get("uid")
+        if verdict.action is Action.DELETE:
+            # The uid precondition leaves alone a job of the same name created since.
+            self.hook.delete_job(kind, name, namespace, uid=uid)
+        elif verdict.action in (Action.MARK, Action.UNMARK):
+            mark = now.isoformat() if verdict.action is Action.MARK else None  # null removes it (merge patch)
+            self.hook.patch_job(kind, name, namespace, {"metadata": {"annotations": {ORPHANED_SINCE_ANNOTATION: mark}}})
+
+
+class _TaskStatesOnce:
+    """One ``get_task_states`` request per (DAG, task) and cleanup run, whatever the number of jobs."""
+
+    def __init__(self, get_task_states: Callable[..., TaskStates]) -> None:
+        self._get = get_task_states
+        self._answers: dict[tuple[str, str], TaskStates] = {}
+
+    def __call__(self, dag_id: str, task_id: str) -> TaskStates:
+        if (dag_id, task_id) not in self._answers:
+            self._answers[(dag_id, task_id)] = self._get(dag_id=dag_id, task_ids=[task_id])
+        return self._answers[(dag_id, task_id)]
