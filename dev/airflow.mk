@@ -5,7 +5,7 @@ DISTTRAIN_AIRFLOW_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))/airflow
 
 .PHONY: airflow-up airflow-down airflow-status e2e-test
 
-airflow-up: venv cluster-up ## Start Airflow (PostgreSQL, api-server, scheduler, dag-processor, triggerer) on the local cluster; idempotent
+airflow-up: venv cluster-up ## Start Airflow (PostgreSQL, api-server, scheduler, dag-processor, triggerer; DEVAIRFLOW_TRIGGERERS=2 for two) on the local cluster; idempotent
 	@bash $(DISTTRAIN_AIRFLOW_DIR)/up.sh
 
 airflow-down: ## Stop the processes started by airflow-up (keeps .devairflow/)
@@ -14,5 +14,8 @@ airflow-down: ## Stop the processes started by airflow-up (keeps .devairflow/)
 airflow-status: ## Show the Airflow processes, their memory and the API server's health
 	@bash $(DISTTRAIN_AIRFLOW_DIR)/status.sh || true
 
-e2e-test: venv cluster-up airflow-up ## End-to-end tests through Airflow's REST API (scheduler, triggerer, faults)
+# The e2e tests need two triggerers (high availability: one is killed, the other takes over its triggers);
+# a target-specific variable reaches the airflow-up prerequisite too.
+e2e-test: export DEVAIRFLOW_TRIGGERERS := 2
+e2e-test: venv cluster-up airflow-up ## End-to-end tests through Airflow's REST API (scheduler, two triggerers, faults)
 	@$(VENV)/bin/pytest tests/e2e -m e2e -q -p no:cacheprovider -rs --durations=10

@@ -6,8 +6,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 stopped=0
-for ((i = ${#AIRFLOW_PROCESSES[@]} - 1; i >= 0; i--)); do
-  name="${AIRFLOW_PROCESSES[$i]}"
+mapfile -t processes < <(started_processes)
+for ((i = ${#processes[@]} - 1; i >= 0; i--)); do
+  name="${processes[$i]}"
   if pid="$(supervisor_pid "$name")"; then
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 200); do [ -d "/proc/$pid" ] || break; sleep 0.1; done

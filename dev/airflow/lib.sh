@@ -56,8 +56,35 @@ PG_PORT=5432                               # only names the socket file: no TCP 
 PG_DATABASE=airflow
 PG_USER=airflow
 
+# Triggerers (DEVAIRFLOW_TRIGGERERS=2 for high availability, as `make e2e-test` runs): triggerer,
+# triggerer-2, ... Airflow spreads the triggers over them and moves a dead one's triggers to the others.
+DEVAIRFLOW_TRIGGERERS="${DEVAIRFLOW_TRIGGERERS:-1}"
+[[ "$DEVAIRFLOW_TRIGGERERS" =~ ^[1-9]$ ]] || die "DEVAIRFLOW_TRIGGERERS must be 1 to 9, not '$DEVAIRFLOW_TRIGGERERS'"
+TRIGGERERS=(triggerer)
+for ((i = 2; i <= DEVAIRFLOW_TRIGGERERS; i++)); do TRIGGERERS+=("triggerer-$i"); done
+
 # Airflow processes, in start order (down.sh stops them in reverse).
-AIRFLOW_PROCESSES=(scheduler dag-processor triggerer api-server)
+AIRFLOW_PROCESSES=(scheduler dag-processor "${TRIGGERERS[@]}" api-server)
+
+# The Airflow command of a process: `airflow triggerer` for triggerer-2 too. Extra triggerers run no
+# log server of their own (its port is the first one's); the first one's serves the same log folder.
+airflow_command() {
+  case "$1" in
+    triggerer-*) echo "triggerer --skip-serve-logs" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# Processes started by an earlier up.sh, whatever DEVAIRFLOW_TRIGGERERS it ran with (for down/status).
+started_processes() {
+  local names=("${AIRFLOW_PROCESSES[@]}") file name
+  for file in "$AF_PID_DIR"/*.supervisor.pid; do
+    [ -e "$file" ] || continue
+    name="$(basename "$file" .supervisor.pid)"
+    [[ " ${names[*]} " == *" $name "* ]] || names=("${names[@]:0:${#names[@]}-1}" "$name" "${names[-1]}")
+  done
+  printf '%s\n' "${names[@]}"
+}
 
 # PostgreSQL refuses to run as root; as root its commands run as the package's `postgres` user.
 pg_run() {
@@ -77,7 +104,10 @@ airflow_pid() {
   pid="$(cat "$pidfile")"
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
   # The api-server renames itself "airflow api_server -- host:... port:...".
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -Eq "airflow ($1|${1//-/_})( |$)" || return 1
+  local command
+  command="$(airflow_command "$1")"
+  command="${command%% *}"
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -Eq "airflow ($command|${command//-/_})( |$)" || return 1
   echo "$pid"
 }
 

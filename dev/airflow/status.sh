@@ -10,7 +10,8 @@ if [ -f "$PG_DATA/PG_VERSION" ] && pg_ready; then
 else
   printf '  %-14s stopped\n' postgresql; ok=1
 fi
-for name in "${AIRFLOW_PROCESSES[@]}"; do
+mapfile -t processes < <(started_processes)
+for name in "${processes[@]}"; do
   if pid="$(airflow_pid "$name")"; then
     rss_kb="$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")"
     printf '  %-14s running  pid %-8s rss %5d MB  log %s\n' "$name" "$pid" $((rss_kb / 1024)) "$AF_LOG_DIR/$name.log"

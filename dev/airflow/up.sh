@@ -48,7 +48,8 @@ for name in "${AIRFLOW_PROCESSES[@]}"; do
   fi
   : >>"$AF_LOG_DIR/$name.log"
   # The venv's bin first on PATH: task processes and the triggerer run the venv's Python.
-  PATH="$VENV_BIN:$PATH" setsid "$DEVAIRFLOW_SRC_DIR/supervise.sh" "$name" "$AIRFLOW_BIN" "$name" \
+  # shellcheck disable=SC2046 # the command's words
+  PATH="$VENV_BIN:$PATH" setsid "$DEVAIRFLOW_SRC_DIR/supervise.sh" "$name" "$AIRFLOW_BIN" $(airflow_command "$name") \
     </dev/null >>"$AF_LOG_DIR/$name.log" 2>&1 &
   echo $! >"$AF_PID_DIR/$name.supervisor.pid"
   started+=("$name")

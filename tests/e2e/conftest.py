@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -138,9 +139,73 @@ class Cluster:
             )
 
 
+class JobEvents:
+    """Every watch event of one DAG's PyTorchJobs from the moment it is created, recorded by a thread:
+    a duplicate job created and deleted again between two looks at the cluster still shows up as a
+    second ADDED event (and a DELETED one)."""
+
+    def __init__(self, cluster: Cluster, dag_id: str) -> None:
+        self.custom = cluster.custom
+        self.selector = label_selector({DAG_ID_LABEL: sanitize_label_value(dag_id)})
+        listing = self.custom.list_namespaced_custom_object(
+            "kubeflow.org", "v1", NAMESPACE, "pytorchjobs", label_selector=self.selector
+        )
+        self.resource_version = listing["metadata"]["resourceVersion"]
+        self.events: list[tuple[str, dict[str, str]]] = []  # (type, labels)
+        self.error: BaseException | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._record, daemon=True, name="job-events")
+        self._thread.start()
+
+    def _record(self) -> None:
+        from kubernetes import watch
+
+        try:
+            while not self._stopped.is_set():  # each watch ends after timeout_seconds; the next resumes
+                stream = watch.Watch().stream(
+                    self.custom.list_namespaced_custom_object,
+                    "kubeflow.org",
+                    "v1",
+                    NAMESPACE,
+                    "pytorchjobs",
+                    label_selector=self.selector,
+                    resource_version=self.resource_version,
+                    timeout_seconds=5,
+                )
+                for event in stream:
+                    job = event["object"]
+                    self.resource_version = job["metadata"]["resourceVersion"]
+                    self.events.append((event["type"], job["metadata"].get("labels") or {}))
+        except BaseException as error:  # a 410 would mean missed events: the test must not pass then
+            self.error = error
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=30)
+        if self.error is not None:
+            raise AssertionError(f"the watch of the jobs' events failed: {self.error!r}")
+
+    def of_run(self, event_type: str, run_id: str) -> list[dict[str, str]]:
+        """Labels of the jobs of one run that had an event of ``event_type``."""
+        run = sanitize_label_value(run_id)
+        return [labels for kind, labels in self.events if kind == event_type and labels.get(RUN_ID_LABEL) == run]
+
+
 def job_succeeded(job: dict[str, Any]) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
+
+
+def assert_one_succeeded_job_per_task_instance(
+    airflow: AirflowRest, cluster: Cluster, dag_id: str, run_id: str, count: int
+) -> None:
+    tis = airflow.task_instances(dag_id, run_id, "train")
+    assert len(tis) == count and {ti["state"] for ti in tis} == {"success"}
+    per_task_instance = cluster.jobs_per_task_instance(dag_id, run_id)
+    assert len(per_task_instance) == count
+    for key, jobs in per_task_instance.items():
+        assert len(jobs) == 1, f"task instance {key} has {len(jobs)} jobs"
+        assert job_succeeded(jobs[0]), f"{jobs[0]['metadata']['name']} is not Succeeded: {jobs[0].get('status')}"
 
 
 @pytest.fixture(scope="session")
@@ -181,15 +246,17 @@ class Process:
         return int(self.pid_file.read_text())
 
     def rss_mb(self) -> dict[str, float]:
-        """Resident memory (MB) of the process and of each child, by role: the triggerer runs its
-        triggers in a child process ("trigger runner") next to its log server."""
+        """Resident memory (MB) of the process and of each child, by role: a triggerer runs its
+        triggers in a forked child ("trigger runner"), the first one also a log server."""
         process = psutil.Process(self.pid)
         memory = {self.name: process.memory_info().rss / 2**20}
         for child in process.children(recursive=True):
-            command = " ".join(child.cmdline())
-            role = "log server" if "serve-logs" in command else f"{self.name} child {child.pid}"
-            if self.name == "triggerer" and command.endswith("airflow triggerer"):
+            if "airflow serve-logs" in " ".join(child.cmdline()):  # its title (setproctitle)
+                role = "log server"
+            elif self.name.startswith("triggerer") and child.cmdline() == process.cmdline():
                 role = "trigger runner"  # the forked child whose event loop runs the triggers
+            else:
+                role = f"{self.name} child {child.pid}"
             memory[role] = child.memory_info().rss / 2**20
         return memory
 
@@ -201,6 +268,12 @@ class Process:
         pid = self.pid
         os.killpg(pid, signal.SIGKILL)
         return pid
+
+    def lose(self) -> int:
+        """SIGKILL to the supervisor, then to the process group, as when its node is lost: nothing
+        restarts it (``make airflow-up`` does). Returns the killed pid."""
+        os.kill(int((self.pid_file.parent / f"{self.name}.supervisor.pid").read_text()), signal.SIGKILL)
+        return self.kill_hard()
 
     def restart(self) -> int:
         """SIGTERM (a graceful stop, as a rolling restart sends); the supervisor starts it again."""
@@ -217,11 +290,6 @@ class Process:
             return pid if pid != old_pid and psutil.pid_exists(pid) else None
 
         return wait_until(new_pid, timeout, f"the supervisor to restart {self.name}")
-
-
-@pytest.fixture(scope="session")
-def triggerer() -> Process:
-    return Process("triggerer")
 
 
 @pytest.fixture(scope="session")

@@ -1,30 +1,26 @@
-"""Processes of the deployment die or restart while training tasks wait: a triggerer killed with
-SIGKILL (its supervisor starts a new one), a task process killed during a synchronous wait, a
-scheduler restarted. Every task still succeeds, with exactly one job per task instance."""
+"""Processes of the deployment die or restart while training tasks wait: a task process killed during
+a synchronous wait, a scheduler restarted. Every task still succeeds, with exactly one job per task
+instance. (A triggerer lost with its supervisor, its triggers taken over by the other triggerer:
+test_triggerer_ha.py.)"""
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 
 from tests.e2e.airflow_rest import AirflowRest, wait_until
-from tests.e2e.conftest import Cluster, Process, deferred_count, job_succeeded, task_process, wait_for_health
+from tests.e2e.conftest import (
+    Cluster,
+    Process,
+    assert_one_succeeded_job_per_task_instance,
+    deferred_count,
+    job_succeeded,
+    task_process,
+    wait_for_health,
+)
 
 FANOUT = "disttrain_e2e_fanout"
 SYNC = "disttrain_e2e_sync"
-
-
-def assert_one_succeeded_job_per_task_instance(
-    airflow: AirflowRest, cluster: Cluster, dag_id: str, run_id: str, count: int
-) -> None:
-    tis = airflow.task_instances(dag_id, run_id, "train")
-    assert len(tis) == count and {ti["state"] for ti in tis} == {"success"}
-    per_task_instance = cluster.jobs_per_task_instance(dag_id, run_id)
-    assert len(per_task_instance) == count
-    for key, jobs in per_task_instance.items():
-        assert len(jobs) == 1, f"task instance {key} has {len(jobs)} jobs"
-        assert job_succeeded(jobs[0]), f"{jobs[0]['metadata']['name']} is not Succeeded: {jobs[0].get('status')}"
 
 
 def start_fanout(airflow: AirflowRest, runs: list[tuple[str, str]], count: int) -> str:
@@ -33,39 +29,6 @@ def start_fanout(airflow: AirflowRest, runs: list[tuple[str, str]], count: int) 
     runs.append((FANOUT, run_id))
     wait_until(lambda: deferred_count(airflow, FANOUT, run_id) == count, 240, f"{count} deferred tasks")
     return run_id
-
-
-def triggerer_jobs_in_logs(airflow: AirflowRest, run_id: str) -> list[set[str]]:
-    """For each map index, the ids of the triggerer jobs that ran its trigger (from its log files' names)."""
-    logs = [
-        airflow.log(FANOUT, run_id, "train", try_number=1, map_index=ti["map_index"])
-        for ti in airflow.task_instances(FANOUT, run_id, "train")
-    ]
-    return [set(re.findall(r"\.log\.trigger\.(\d+)\.log", log)) for log in logs]
-
-
-def test_a_killed_triggerer_is_replaced_and_every_deferred_task_succeeds(
-    e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster, triggerer: Process
-) -> None:
-    airflow = e2e_dags
-    run_id = start_fanout(airflow, runs, count=10)
-    wait_until(
-        lambda: all(triggerer_jobs_in_logs(airflow, run_id)), 60, "the triggerer to run all 10 triggers", interval=2
-    )
-
-    killed = triggerer.kill_hard()
-    new_pid = triggerer.wait_restarted(killed)
-    print(f"\n[triggerer] killed pid {killed} with SIGKILL; the supervisor started pid {new_pid}")
-    assert cluster.release_jobs(FANOUT, run_id) == 10
-
-    assert airflow.wait_for_run(FANOUT, run_id, timeout=300) == "success"
-    assert_one_succeeded_job_per_task_instance(airflow, cluster, FANOUT, run_id, 10)
-    # Every wait was taken up again by the new triggerer: each task's log has a trigger log file from
-    # the killed triggerer's job and one from the new triggerer's (the file names carry the job ids).
-    triggerer_jobs = triggerer_jobs_in_logs(airflow, run_id)
-    assert all(len(jobs) == 2 for jobs in triggerer_jobs), triggerer_jobs
-    assert len(set.union(*triggerer_jobs)) == 2, triggerer_jobs
-    wait_for_health(airflow, "triggerer")
 
 
 def test_a_task_process_killed_during_a_synchronous_wait_is_retried_and_reattaches(
