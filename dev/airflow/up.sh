@@ -8,6 +8,14 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# The daemons started from here (PostgreSQL, the supervisors and Airflow) must not inherit the
+# caller's open files: under `flock LOCK make airflow-up` they would hold LOCK for as long as they run.
+# (255 is the file bash reads this script from.)
+for fd in /proc/$$/fd/*; do
+  fd="${fd##*/}"
+  if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-"; fi
+done
+
 T0=$SECONDS
 STARTUP_TIMEOUT="${DEVAIRFLOW_STARTUP_TIMEOUT:-180}"
 [ -x "$AIRFLOW_BIN" ] || die "$AIRFLOW_BIN not found (run: make venv)"

@@ -75,3 +75,15 @@ def test_the_running_processes_carry_none_of_the_callers_airflow_variables() -> 
         variables = dict(entry.decode().partition("=")[::2] for entry in environ if entry)
         airflow_variables = {key: value for key, value in variables.items() if key.startswith("AIRFLOW")}
         assert airflow_variables == {"AIRFLOW_HOME": str(DEVAIRFLOW_DIR / "home")}, pid_file.stem
+
+
+def test_the_running_processes_hold_none_of_the_callers_open_files() -> None:
+    """`flock LOCK make airflow-up` must not leave LOCK held by the daemons it started: none of the
+    deployment's processes (nor PostgreSQL, nor the supervisors) has a file of the caller's open."""
+    pids = [int(p.read_text()) for p in (DEVAIRFLOW_DIR / "pids").glob("*.pid")]
+    postmaster = next((DEVAIRFLOW_DIR / "postgres").resolve().glob("data/postmaster.pid"))
+    pids.append(int(postmaster.read_text().splitlines()[0]))
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd) if fd.is_symlink() else ""
+            assert not target.endswith(".lock"), f"pid {pid} holds {target}"
