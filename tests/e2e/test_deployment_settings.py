@@ -66,15 +66,16 @@ def test_the_deployment_ignores_the_callers_airflow_settings(tmp_path: Path) -> 
 
 
 def test_the_running_processes_carry_none_of_the_callers_airflow_variables() -> None:
-    """Every process of the running deployment: its environment names Airflow only through AIRFLOW_HOME
-    (the deployment's own), whatever the shell that ran `make airflow-up` exported."""
-    pid_files = sorted(p for p in (DEVAIRFLOW_DIR / "pids").glob("*.pid") if not p.name.endswith(".supervisor.pid"))
-    assert {p.stem for p in pid_files} >= {"scheduler", "dag-processor", "triggerer", "api-server"}
-    for pid_file in pid_files:
+    """The environment every process of the running deployment was started with (its supervisor's: the
+    Airflow processes retitle themselves, which overwrites what /proc shows of their own) names Airflow
+    only through AIRFLOW_HOME, the deployment's own, whatever the shell that ran `make airflow-up` exported."""
+    supervisors = sorted((DEVAIRFLOW_DIR / "pids").glob("*.supervisor.pid"))
+    assert {p.name.removesuffix(".supervisor.pid") for p in supervisors} >= {"scheduler", "triggerer", "api-server"}
+    for pid_file in supervisors:
         environ = Path(f"/proc/{pid_file.read_text().strip()}/environ").read_bytes().split(b"\0")
         variables = dict(entry.decode().partition("=")[::2] for entry in environ if entry)
         airflow_variables = {key: value for key, value in variables.items() if key.startswith("AIRFLOW")}
-        assert airflow_variables == {"AIRFLOW_HOME": str(DEVAIRFLOW_DIR / "home")}, pid_file.stem
+        assert airflow_variables == {"AIRFLOW_HOME": str(DEVAIRFLOW_DIR / "home")}, pid_file.name
 
 
 def test_the_running_processes_hold_none_of_the_callers_open_files() -> None:
