@@ -78,7 +78,8 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
     :param kinds: job kinds to look at (default: every kind of the kinds table whose CRD is installed).
     :param grace_period: how long a job stays orphaned before it is deleted (a timedelta, or seconds;
         templated); 0 deletes in the run that finds it.
-    :param report_only: a dry run: only report what would be marked and deleted, change nothing (templated).
+    :param report_only: a dry run: only report what would be marked and deleted, change nothing
+        (templated; not called ``dry_run``, which is a method of every ``BaseOperator``).
     :param kubernetes_conn_id: the cncf.kubernetes connection.
     :param cluster_context: kubeconfig context overriding the connection's.
     :param config_file: kubeconfig file overriding the connection's.
@@ -111,7 +112,7 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         grace_period = parse_grace_period(self.grace_period)
-        dry_run = parse_flag("report_only", self.report_only)
+        report_only = parse_flag("report_only", self.report_only)
         namespace = self.namespace or self.hook.default_namespace()
         validate_namespace(namespace)
         task_states = _TaskStatesOnce(context["ti"].get_task_states)
@@ -123,7 +124,7 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
                 assert owner is not None  # _labelled_jobs keeps only these
                 task_instance = find_task_instance(owner, task_states(owner.dag_id, owner.task_id))
                 verdict = judge(job, task_instance, now, grace_period)
-                if not dry_run:
+                if not report_only:
                     self._apply(kind, namespace, job, verdict, now)
                 entry = {
                     "kind": kind,
@@ -137,17 +138,17 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
                     "reason": verdict.reason,
                 }
                 report[REPORT_KEYS[verdict.action]].append(entry)
-                would = "would " if dry_run and verdict.action is not Action.KEEP else ""
+                would = "would " if report_only and verdict.action is not Action.KEEP else ""
                 self.log.info(
                     "%s%s %s %s/%s: %s", would, verdict.action.value, kind, namespace, entry["name"], verdict.reason
                 )
         self.log.info(
             "%s%d deleted, %d marked orphaned, %d unmarked, %d kept in %s",
-            "dry run: " if dry_run else "",
+            "report only: " if report_only else "",
             *(len(jobs) for jobs in report.values()),
             namespace,
         )
-        return {"namespace": namespace, "dry_run": dry_run, **report}
+        return {"namespace": namespace, "report_only": report_only, **report}
 
     def _labelled_jobs(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         try:

@@ -121,7 +121,7 @@ async def test_deletes_the_unfinished_jobs_of_ended_task_instances_and_keeps_eve
     assert set(kept) == {"running-task", "deferred-task", "kept-finished", "unknown-run"}
     assert "running" in kept["running-task"] and "deferred" in kept["deferred-task"]
     assert "succeeded" in kept["kept-finished"] and "no task instance" in kept["unknown-run"]
-    assert (report["namespace"], report["dry_run"], report["marked"], report["unmarked"]) == ("ml", False, [], [])
+    assert (report["namespace"], report["report_only"], report["marked"], report["unmarked"]) == ("ml", False, [], [])
     # The delete was pinned to the job's uid.
     assert cluster.count("delete") == 1
 
@@ -177,7 +177,7 @@ async def test_report_only_changes_nothing_and_says_what_it_would_delete(
 
     report = await run_cleanup(airflow, grace_period=0, report_only="True")
 
-    assert report["dry_run"] is True and [entry["name"] for entry in report["deleted"]] == ["killed"]
+    assert report["report_only"] is True and [entry["name"] for entry in report["deleted"]] == ["killed"]
     assert names(cluster) == {"killed"} and cluster.count("delete") == cluster.count("patch") == 0
     # The task log (Airflow's structlog output) names the job and why.
     assert "would delete PyTorchJob ml/killed: task instance (run scheduled__" in capsys.readouterr().out
