@@ -161,6 +161,12 @@ def test_torchrun_without_ranks_is_refused(ddp: ModuleType) -> None:
         ddp.parse_dist_env({"TORCHELASTIC_RUN_ID": "job", "LOCAL_RANK": "0"})
 
 
+def test_the_operators_default_nproc_per_node_means_one_process_per_pod(ddp: ModuleType) -> None:
+    # What training-operator v1.9 injects into a Master + 2 Workers job without nprocPerNode.
+    env = ddp.parse_dist_env({**OPERATOR_ENV, "PET_NPROC_PER_NODE": "auto"})
+    assert (env.rank, env.world_size, env.launcher) == (2, 3, "operator")
+
+
 def test_several_processes_per_pod_need_torchrun(ddp: ModuleType) -> None:
     # nprocPerNode=4 on 2 pods: the operator sets WORLD_SIZE=8 but RANK is the pod's index.
     environ = {**OPERATOR_ENV, "WORLD_SIZE": "8", "RANK": "1", "PET_NPROC_PER_NODE": "4"}

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
+# The same weights as plain JSON, so that a process without torch (an Airflow worker evaluating the
+# model) can load them: see portable_model().
+PORTABLE_MODEL_NAME = "model.json"
 METRICS_NAME = "metrics.json"
 # Where Kubernetes keeps the container's termination message (the pod's terminationMessagePath).
 TERMINATION_PATH_ENV = "DISTTRAIN_TERMINATION_MESSAGE_PATH"
@@ -125,7 +128,9 @@ def parse_dist_env(environ: Mapping[str, str]) -> DistEnv:
     if "RANK" in environ or "WORLD_SIZE" in environ:
         rank, world_size = _rank_and_world(environ)
         nproc = environ.get("PET_NPROC_PER_NODE", "1").strip()
-        if nproc != "1":
+        # "auto" is what the training-operator sets when the job gives no nprocPerNode: torchrun would
+        # start one process per GPU (or one on CPU), and the operator counts WORLD_SIZE in pods.
+        if nproc not in ("1", "auto"):
             # The operator then counts WORLD_SIZE in processes but RANK in pods: only torchrun
             # can turn that into per-process ranks.
             raise ValueError(
@@ -192,12 +197,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "synthetic data is used when omitted or missing",
     )
     parser.add_argument("--output-dir", type=Path, default=Path("/mnt/output"))
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=None,
+        help=f"where {CHECKPOINT_NAME} is saved every epoch and resumed from (default: --output-dir); "
+        "give each task instance its own, the same across its retries",
+    )
     parser.add_argument("--batch-size", type=_positive_int, default=64, help="per process")
     parser.add_argument("--lr", type=_positive_float, default=0.05, help="for a world of size 1")
     parser.add_argument("--samples", type=_positive_int, default=2048, help="size of the synthetic dataset")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-resume", action="store_true", help=f"ignore {CHECKPOINT_NAME} in --output-dir")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.checkpoint_dir is None:
+        args.checkpoint_dir = args.output_dir
+    return args
 
 
 def load_csv(path: Path) -> tuple[list[list[float]], list[int]]:
@@ -269,6 +284,17 @@ def write_termination_message(payload: Mapping[str, Any], environ: Mapping[str, 
         print(f"metrics not written to {path}: {error}", flush=True)
         return False
     return True
+
+
+def portable_model(state: Mapping[str, Any]) -> dict[str, Any]:
+    """build_model()'s weights as lists: ``layers`` of ``{"weight": [out][in], "bias": [out]}``, a ReLU
+    between them, the class with the highest output wins."""
+    return {
+        "architecture": "linear-relu-linear",
+        "layers": [
+            {"weight": state[f"{index}.weight"].tolist(), "bias": state[f"{index}.bias"].tolist()} for index in (0, 2)
+        ],
+    }
 
 
 def format_epoch_line(epoch: int, loss: float, accuracy: float) -> str:
@@ -353,7 +379,7 @@ def _load_checkpoint(args: argparse.Namespace, env: DistEnv) -> dict[str, Any] |
     import torch.distributed as dist
 
     state: list[dict[str, Any] | None] = [None]
-    path = args.output_dir / CHECKPOINT_NAME
+    path = args.checkpoint_dir / CHECKPOINT_NAME
     if env.is_primary and not args.no_resume and path.exists():
         state[0] = torch.load(path, map_location="cpu", weights_only=True)
     dist.broadcast_object_list(state, src=0)
@@ -393,9 +419,9 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict[str, float | int]:
     if checkpoint is not None:
         if (checkpoint["input_dim"], checkpoint["num_classes"]) != (x.shape[1], num_classes):
             raise ValueError(
-                f"{args.output_dir / CHECKPOINT_NAME} was trained on {checkpoint['input_dim']} features and "
+                f"{args.checkpoint_dir / CHECKPOINT_NAME} was trained on {checkpoint['input_dim']} features and "
                 f"{checkpoint['num_classes']} classes, the data has {x.shape[1]} and {num_classes}; "
-                "use --no-resume or another --output-dir"
+                "use --no-resume or another --checkpoint-dir"
             )
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
@@ -432,7 +458,7 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict[str, float | int]:
                     "num_classes": num_classes,
                     "world_size": env.world_size,
                 },
-                args.output_dir / CHECKPOINT_NAME,
+                args.checkpoint_dir / CHECKPOINT_NAME,
             )
     if start_epoch >= args.epochs and env.is_primary:
         print(
@@ -442,6 +468,7 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict[str, float | int]:
 
     if env.is_primary:
         _save_atomic(model.state_dict(), args.output_dir / MODEL_NAME)
+        write_json_atomic(args.output_dir / PORTABLE_MODEL_NAME, portable_model(model.state_dict()))
         metrics = write_metrics(args.output_dir, loss, accuracy, max(args.epochs, start_epoch), env.world_size)
         # The leader pod's termination message: the Airflow task's result carries it as ``metrics``.
         write_termination_message(json.loads(metrics.read_text()))
@@ -466,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if env.is_primary:
         # Fail before training, not after it, when the output dir is not writable.
         args.output_dir.mkdir(parents=True, exist_ok=True)
+        args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     store_dir = tempfile.mkdtemp(prefix="train-ddp-")
     try:
