@@ -44,6 +44,8 @@ for f in "$REPO_ROOT"/training/*/*.py; do ln -s "$f" "$IMAGE_DIR/workspace/$(bas
 mkdir -p "$IMAGE_DIR/bin"
 printf '#!/bin/sh\n# stand-in for nslookup: resolves through /etc/hosts (see dev/cluster/node-image.sh)\ngetent ahostsv4 "$1" | head -n1 | grep . || { echo "** server cannot find $1: NXDOMAIN"; exit 1; }\n' >"$IMAGE_DIR/bin/nslookup"
 chmod +x "$IMAGE_DIR/bin/nslookup"
+# sshd's privilege separation directory, which the MPI images create (training/mpi/Dockerfile).
+mkdir -p /run/sshd
 # What the MPI images' Dockerfiles set up for ssh between pods: no host key prompts.
 printf 'Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' >"$IMAGE_DIR/ssh_config"
 cat >"$DEVCLUSTER_DIR/node-image.env" <<ENV
