@@ -1,0 +1,73 @@
+"""Every example DAG runs when its run has no logical date, as Airflow 3 creates a run triggered through
+the REST API with ``"logical_date": null`` (and an Asset-triggered run): its templates render without
+``ds``, ``ts`` or ``logical_date`` in the context, and the run succeeds. (The retraining example runs
+that way in test_retraining_pipeline.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_provider_disttrain.naming import DAG_ID_LABEL, RUN_ID_LABEL, label_selector, sanitize_label_value
+from tests.e2e.airflow_rest import AirflowRest, wait_until
+from tests.e2e.conftest import NAMESPACE, Cluster
+
+# dag id -> conf of the run (the cleanup only reports: other tests' jobs are not its business here)
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "disttrain_elastic_pytorch": {},
+    "disttrain_horovod_mpi": {},
+    "disttrain_hyperparameter_sweep": {},
+    "disttrain_manifest_first": {},
+    "disttrain_taskflow_decorators": {},
+    "disttrain_trainjob_finetune": {},
+    "disttrain_orphaned_job_cleanup": {"report_only": True},
+}
+# Where the examples' jobs live (the runs fixture deletes PyTorchJobs only).
+JOB_RESOURCES = [
+    ("kubeflow.org", "v1", "pytorchjobs"),
+    ("kubeflow.org", "v2beta1", "mpijobs"),
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+]
+
+
+def last_log_lines(airflow: AirflowRest, dag_id: str, run_id: str, ti: dict[str, Any]) -> str:
+    if not ti["try_number"]:
+        return "(never ran)"
+    return airflow.log(dag_id, run_id, ti["task_id"], ti["try_number"], ti["map_index"])[-1500:]
+
+
+@pytest.mark.timeout(1200)
+def test_every_example_dag_runs_when_its_run_has_no_logical_date(e2e_dags: AirflowRest, cluster: Cluster) -> None:
+    airflow = e2e_dags
+    started: dict[str, str] = {}
+    try:
+        for dag_id, conf in EXAMPLES.items():
+            wait_until(lambda dag_id=dag_id: airflow.dag_exists(dag_id), 120, f"the dag-processor to parse {dag_id}")
+            airflow.unpause(dag_id)
+            started[dag_id] = airflow.trigger(dag_id, conf, logical_date=None)
+        for dag_id, run_id in started.items():
+            assert airflow.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["logical_date"] is None
+
+        failures = {}
+        for dag_id, run_id in started.items():
+            if airflow.wait_for_run(dag_id, run_id, timeout=900) != "success":
+                failures[dag_id] = {
+                    ti["task_id"]: (ti["state"], last_log_lines(airflow, dag_id, run_id, ti))
+                    for ti in airflow.task_instances(dag_id, run_id)
+                    if ti["state"] not in {"success", "skipped"}
+                }
+        assert not failures, failures
+    finally:
+        for dag_id, run_id in started.items():
+            selector = label_selector(
+                {DAG_ID_LABEL: sanitize_label_value(dag_id), RUN_ID_LABEL: sanitize_label_value(run_id)}
+            )
+            for group, version, plural in JOB_RESOURCES:
+                listing = cluster.custom.list_namespaced_custom_object(
+                    group, version, NAMESPACE, plural, label_selector=selector
+                )
+                for job in listing["items"]:
+                    cluster.custom.delete_namespaced_custom_object(
+                        group, version, NAMESPACE, plural, job["metadata"]["name"]
+                    )
