@@ -1,6 +1,6 @@
 """Manifest-first: the job lives in a templated Kubeflow YAML file next to the DAG, kept in git.
 
-The operator renders the file with Jinja (``{{ ds }}``, ``{{ params.* }}``), validates it and submits
+The operator renders the file with Jinja (``{{ params.* }}``, the run's date), validates it and submits
 it; builder parameters given here would win over the file, so the file stays the source of truth.
 """
 

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_disttrain.naming import DAG_ID_LABEL, RUN_ID_LABEL, label_selector, sanitize_label_value
 from tests.e2e.airflow_rest import AirflowRest, wait_until
-from tests.e2e.conftest import NAMESPACE, Cluster
+from tests.e2e.conftest import DEVAIRFLOW_DIR, NAMESPACE, Cluster
 
 # dag id -> conf of the run (the cleanup only reports: other tests' jobs are not its business here)
 EXAMPLES: dict[str, dict[str, Any]] = {
@@ -31,6 +31,18 @@ JOB_RESOURCES = [
 ]
 
 
+def failed_by_stale_executor_event(dag_id: str, run_id: str) -> bool:
+    """Whether the scheduler failed a task of the run by Airflow 3.3's known race (apache/airflow#71580,
+    fix proposed in PR #71579): a deferred task whose trigger fires within seconds resumes before the
+    scheduler has drained the executor's success event of the deferring try, and that stale event
+    then fails the resumed try ("state mismatch"). Kwok's 3-second jobs on a loaded machine meet it."""
+    signature = "finished with state success, but the task instance's state attribute is running"
+    log = (DEVAIRFLOW_DIR / "logs" / "scheduler.log").read_text(errors="replace")
+    return any(
+        signature in line and f"<TaskInstance: {dag_id}." in line and run_id in line for line in log.splitlines()
+    )
+
+
 def last_log_lines(airflow: AirflowRest, dag_id: str, run_id: str, ti: dict[str, Any]) -> str:
     if not ti["try_number"]:
         return "(never ran)"
@@ -40,18 +52,25 @@ def last_log_lines(airflow: AirflowRest, dag_id: str, run_id: str, ti: dict[str,
 @pytest.mark.timeout(1200)
 def test_every_example_dag_runs_when_its_run_has_no_logical_date(e2e_dags: AirflowRest, cluster: Cluster) -> None:
     airflow = e2e_dags
-    started: dict[str, str] = {}
+    started: list[tuple[str, str]] = []
     try:
         for dag_id, conf in EXAMPLES.items():
             wait_until(lambda dag_id=dag_id: airflow.dag_exists(dag_id), 120, f"the dag-processor to parse {dag_id}")
             airflow.unpause(dag_id)
-            started[dag_id] = airflow.trigger(dag_id, conf, logical_date=None)
-        for dag_id, run_id in started.items():
+            started.append((dag_id, airflow.trigger(dag_id, conf, logical_date=None)))
+        for dag_id, run_id in started:
             assert airflow.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["logical_date"] is None
 
         failures = {}
-        for dag_id, run_id in started.items():
-            if airflow.wait_for_run(dag_id, run_id, timeout=900) != "success":
+        for dag_id, run_id in list(started):
+            state = airflow.wait_for_run(dag_id, run_id, timeout=900)
+            if state != "success" and failed_by_stale_executor_event(dag_id, run_id):
+                # Airflow's race, not the example's: run it once more (a second hit fails the test).
+                print(f"\n[{dag_id}] {run_id} hit apache/airflow#71580; triggered again")
+                run_id = airflow.trigger(dag_id, EXAMPLES[dag_id], logical_date=None)
+                started.append((dag_id, run_id))
+                state = airflow.wait_for_run(dag_id, run_id, timeout=900)
+            if state != "success":
                 failures[dag_id] = {
                     ti["task_id"]: (ti["state"], last_log_lines(airflow, dag_id, run_id, ti))
                     for ti in airflow.task_instances(dag_id, run_id)
@@ -59,7 +78,7 @@ def test_every_example_dag_runs_when_its_run_has_no_logical_date(e2e_dags: Airfl
                 }
         assert not failures, failures
     finally:
-        for dag_id, run_id in started.items():
+        for dag_id, run_id in started:
             selector = label_selector(
                 {DAG_ID_LABEL: sanitize_label_value(dag_id), RUN_ID_LABEL: sanitize_label_value(run_id)}
             )
