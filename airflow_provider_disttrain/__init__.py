@@ -1,7 +1,8 @@
-"""Apache Airflow provider for Kubeflow distributed training jobs (PyTorchJob, MPIJob, ...).
+"""Apache Airflow provider for Kubeflow distributed training jobs (PyTorchJob, MPIJob, TrainJob, ...).
 
-The operators and the sensor are re-exported lazily: ``from airflow_provider_disttrain import
-PyTorchJobOperator`` imports only that operator's module, keeping DAG parsing fast.
+The operators, the sensor and the operators' grouped parameter types are re-exported lazily: ``from
+airflow_provider_disttrain import PyTorchJobOperator`` imports only that operator's module, keeping
+DAG parsing fast.
 """
 
 from __future__ import annotations
@@ -22,19 +23,27 @@ _LAZY_EXPORTS = {
     "ResumeTrainingJobOperator": "airflow_provider_disttrain.operators.manage",
     "TrainingJobSensor": "airflow_provider_disttrain.sensors.training_job",
     "DeleteOrphanedTrainingJobsOperator": "airflow_provider_disttrain.operators.orphans",
+    "RunPolicy": "airflow_provider_disttrain.parameters",
+    "PodOptions": "airflow_provider_disttrain.parameters",
+    "WaitPolicy": "airflow_provider_disttrain.parameters",
+    "CleanupPolicy": "airflow_provider_disttrain.parameters",
 }
 
 __all__ = [
+    "CleanupPolicy",
     "DeleteOrphanedTrainingJobsOperator",
     "DeleteTrainingJobOperator",
     "MPIJobOperator",
+    "PodOptions",
     "PyTorchJobOperator",
     "ResumeTrainingJobOperator",
+    "RunPolicy",
     "ScaleTrainingJobOperator",
     "SuspendTrainingJobOperator",
     "TrainJobOperator",
     "TrainingJobOperator",
     "TrainingJobSensor",
+    "WaitPolicy",
     "__version__",
 ]
 
@@ -50,6 +59,7 @@ if TYPE_CHECKING:
     from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
     from airflow_provider_disttrain.operators.train_job import TrainJobOperator
     from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+    from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
     from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 
 

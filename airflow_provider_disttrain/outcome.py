@@ -166,3 +166,17 @@ def seconds_to_deadline(
         deadlines.append(queue_deadline)
     remaining = [deadline - now for deadline in deadlines if deadline is not None]
     return max(min(remaining), 0.0) if remaining else None
+
+
+def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A timeout ``outcome`` judged on an older look at the job, settled by a fresh look (``job``).
+
+    A trigger's cache can lag behind the job (a silent watch): a job that has finished since ends the
+    task as it finished, not as a timeout, so it is neither reported as timed out nor deleted for it.
+    Any other outcome, or a job still unfinished or gone, is returned as it is (the same object).
+    """
+    if outcome["status"] != TIMEOUT or job is None or not job_state(job).is_terminal:
+        return outcome
+    if job_state(job) is JobState.SUCCEEDED:
+        return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
+    return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)

@@ -10,6 +10,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
+from airflow_provider_disttrain.parameters import RunPolicy, WaitPolicy
 
 IMAGE = os.environ.get("DISTTRAIN_HOROVOD_IMAGE", "ghcr.io/example/disttrain-horovod:0.1.0")
 WORKERS = 2
@@ -42,14 +43,16 @@ def horovod_mpi() -> None:
         num_workers=WORKERS,
         slots_per_worker=GPUS_PER_WORKER,
         gpus_per_replica=GPUS_PER_WORKER,
-        worker_resources={"limits": {"cpu": "8", "memory": "32Gi"}},
-        launcher_resources={"limits": {"cpu": "1", "memory": "2Gi"}},
         mpi_implementation="OpenMPI",
         launcher_creation_policy="WaitForWorkersReady",
-        clean_pod_policy="Running",
         deferrable=True,
-        startup_timeout=timedelta(minutes=20),
         execution_timeout=timedelta(hours=4),
+        replica_resources={
+            "Worker": {"limits": {"cpu": "8", "memory": "32Gi"}},
+            "Launcher": {"limits": {"cpu": "1", "memory": "2Gi"}},
+        },
+        run_policy=RunPolicy(clean_pod_policy="Running"),
+        wait_policy=WaitPolicy(startup_timeout=timedelta(minutes=20)),
     )
 
     @task

@@ -12,6 +12,7 @@ import pendulum
 from airflow.sdk import Param, dag
 
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
 
 
 @dag(
@@ -31,7 +32,7 @@ def manifest_first() -> None:
         task_id="train_from_manifest",
         job_manifest="manifests/pytorchjob.yaml",
         deferrable=True,
-        startup_timeout=timedelta(minutes=30),
+        wait_policy=WaitPolicy(startup_timeout=timedelta(minutes=30)),
     )
 
 

@@ -16,6 +16,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 
 IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
 SHARED_VOLUME = {"name": "shared", "persistentVolumeClaim": {"claimName": "training-data"}}
@@ -59,16 +60,14 @@ def retraining_pipeline() -> None:
         ],
         num_workers=2,
         gpus_per_replica=1,
-        resources={"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}},
-        shm_size="2Gi",
-        volumes=[SHARED_VOLUME],
-        volume_mounts=[SHARED_MOUNT],
-        clean_pod_policy="Running",
+        replica_resources={"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}},
         deferrable=True,
-        startup_timeout=timedelta(minutes=30),
         execution_timeout=timedelta(hours=6),
-        delete_on_finish="succeeded",
         annotations=SIMULATED_METRICS,
+        run_policy=RunPolicy(clean_pod_policy="Running"),
+        pod_options=PodOptions(shm_size="2Gi", volumes=[SHARED_VOLUME], volume_mounts=[SHARED_MOUNT]),
+        wait_policy=WaitPolicy(startup_timeout=timedelta(minutes=30)),
+        cleanup_policy=CleanupPolicy(on_finish="succeeded"),
     )
     dataset >> train
 

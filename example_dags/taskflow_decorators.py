@@ -19,6 +19,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import dag, task
 
+from airflow_provider_disttrain.parameters import WaitPolicy
+
 TORCH_IMAGE = os.environ.get("DISTTRAIN_TORCH_IMAGE", "ghcr.io/example/disttrain-torch:0.1.0")
 MPI_IMAGE = os.environ.get("DISTTRAIN_HOROVOD_IMAGE", "ghcr.io/example/disttrain-horovod:0.1.0")
 
@@ -35,7 +37,7 @@ def taskflow_decorators() -> None:
     def prepare_data() -> dict[str, Any]:
         return {"dataset": "s3://example-bucket/datasets/v3", "epochs": 2, "learning_rate": 0.01}
 
-    @task.pytorch_job(image=TORCH_IMAGE, num_workers=1, nproc_per_node=2, poll_interval=2)
+    @task.pytorch_job(image=TORCH_IMAGE, num_workers=1, nproc_per_node=2, wait_policy=WaitPolicy(poll_interval=2))
     def train(config: dict[str, Any]) -> dict[str, Any]:
         import os
 
@@ -49,7 +51,13 @@ def taskflow_decorators() -> None:
             "epochs": config["epochs"],
         }
 
-    @task.mpi_job(image=MPI_IMAGE, num_workers=2, slots_per_worker=1, args=["--allow-run-as-root"], poll_interval=2)
+    @task.mpi_job(
+        image=MPI_IMAGE,
+        num_workers=2,
+        slots_per_worker=1,
+        args=["--allow-run-as-root"],
+        wait_policy=WaitPolicy(poll_interval=2),
+    )
     def evaluate(model: dict[str, Any]) -> dict[str, Any]:
         import os
 

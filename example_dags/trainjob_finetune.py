@@ -18,15 +18,16 @@ import pendulum
 from airflow.sdk import dag, task
 
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
+from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 
 IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
 # Kueue: the LocalQueue that admits the job when its ClusterQueue has GPUs to spare (the operator's
-# ``queue`` sets the TrainJob's kueue.x-k8s.io/queue-name label). Until then the TrainJob waits
+# ``local_queue`` sets the TrainJob's kueue.x-k8s.io/queue-name label). Until then the TrainJob waits
 # suspended, the task log says why (the Workload's message), and that wait does not count toward
-# ``startup_timeout``; ``queue_timeout`` bounds it. Without ``queue`` the job runs unqueued, as on a
+# ``startup_timeout``; ``queue_timeout`` bounds it. Without ``local_queue`` the job runs unqueued, as on a
 # cluster without Kueue. Not named ``default``: Kueue puts every unlabelled job of a namespace into a
 # LocalQueue of that name.
-KUEUE_QUEUE = os.environ.get("DISTTRAIN_KUEUE_QUEUE", "user-queue")
+LOCAL_QUEUE = os.environ.get("DISTTRAIN_KUEUE_QUEUE", "user-queue")
 
 
 @dag(
@@ -47,12 +48,11 @@ def trainjob_finetune() -> None:
         num_nodes=2,
         gpus_per_node=1,
         resources_per_node={"requests": {"cpu": "4", "memory": "16Gi"}},
-        queue=KUEUE_QUEUE,
-        queue_timeout=timedelta(hours=12),
+        local_queue=LOCAL_QUEUE,
         deferrable=True,
-        startup_timeout=timedelta(minutes=30),
         execution_timeout=timedelta(hours=6),
-        delete_on_finish="succeeded",
+        wait_policy=WaitPolicy(queue_timeout=timedelta(hours=12), startup_timeout=timedelta(minutes=30)),
+        cleanup_policy=CleanupPolicy(on_finish="succeeded"),
     )
 
     @task

@@ -108,7 +108,8 @@ class DecoratedTrainingJobOperator(DecoratedOperator):
         ref = self._job_ref  # type: ignore[attr-defined]
         if outcome["status"] == outcomes.SUCCESS and ref is not None:
             # Read before the base class may delete the job (delete_on_finish) and saves the result for a retry.
-            value = decode_return_value(self.job_kind, ref.title, hook.list_job_pods(ref.name, ref.namespace))  # type: ignore[attr-defined]
+            kind = self.job_kind  # type: ignore[attr-defined]
+            value = decode_return_value(kind, ref.title, hook.list_job_pods(ref.name, ref.namespace, kind=kind))
             outcome = {**outcome, "job": {**outcome["job"], RETURN_VALUE_KEY: value}}
         return super()._finish(hook, outcome, context, logs_forwarded=logs_forwarded)  # type: ignore[misc]
 

@@ -13,43 +13,11 @@ from typing import Any
 
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.manifest.pod_validation import env_entries, validate_job_parameters
+from airflow_provider_disttrain.parameters import RunPolicy
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_VOLUME = "dshm"
 _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
-
-
-@dataclass(frozen=True)
-class RunPolicy:
-    """``spec.runPolicy`` fields (the same names for the training-operator and the mpi-operator).
-
-    ``queue`` is the gang scheduler's (Volcano, scheduler-plugins) ``schedulingPolicy.queue``, which the
-    operators' ``scheduling_queue`` parameter sets; Kueue's queue is a label the operators set (``queue``).
-    """
-
-    clean_pod_policy: str | None = None
-    ttl_seconds_after_finished: int | None = None
-    active_deadline_seconds: int | None = None
-    backoff_limit: int | None = None
-    suspend: bool | None = None
-    queue: str | None = None
-    priority_class: str | None = None
-    min_available: int | None = None
-
-    def to_spec(self) -> dict[str, Any]:
-        scheduling = _drop_none(
-            {"queue": self.queue, "priorityClass": self.priority_class, "minAvailable": self.min_available}
-        )
-        return _drop_none(
-            {
-                "cleanPodPolicy": self.clean_pod_policy,
-                "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
-                "activeDeadlineSeconds": self.active_deadline_seconds,
-                "backoffLimit": self.backoff_limit,
-                "suspend": self.suspend,
-                "schedulingPolicy": scheduling or None,
-            }
-        )
 
 
 @dataclass(frozen=True)
@@ -80,10 +48,6 @@ class JobParameters:
     """Kind-specific ``spec`` fields (elasticPolicy, slotsPerWorker, ...), deep-merged into the spec."""
     with_leader: bool = True
     """Whether a job built from scratch gets the kind's leader replica (an elastic PyTorchJob has none)."""
-
-
-def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in mapping.items() if value is not None}
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

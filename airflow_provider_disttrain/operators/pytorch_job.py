@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.parameters import nproc_per_node as valid_nproc_per_node
 
 _ELASTIC_KEYS = {
     "min_replicas": "minReplicas",
@@ -35,7 +36,7 @@ class PyTorchJobOperator(TrainingJobOperator):
 
     The training-operator injects MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK into each replica
     (and the PET_* variables torchrun reads for elastic jobs). All ``TrainingJobOperator`` parameters
-    apply; in addition:
+    apply (``kind`` is PyTorchJob); in addition:
 
     :param nproc_per_node: processes per pod (``spec.nprocPerNode``): an integer, ``auto``, ``cpu`` or ``gpu``.
     :param elastic_policy: ``spec.elasticPolicy`` as a mapping, e.g. ``{"min_replicas": 2,
@@ -45,7 +46,7 @@ class PyTorchJobOperator(TrainingJobOperator):
         is elastic (torchrun's rendezvous replaces the Master there).
     """
 
-    default_kind = "PyTorchJob"
+    fixed_kind = "PyTorchJob"
 
     def __init__(
         self,
@@ -53,24 +54,22 @@ class PyTorchJobOperator(TrainingJobOperator):
         nproc_per_node: int | str | None = None,
         elastic_policy: Mapping[str, Any] | None = None,
         with_master: bool | None = None,
-        spec_fields: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs.pop("kind", None)
-        if nproc_per_node is not None and not (
-            (isinstance(nproc_per_node, int) and not isinstance(nproc_per_node, bool) and nproc_per_node > 0)
-            or nproc_per_node in ("auto", "cpu", "gpu")
-            or (isinstance(nproc_per_node, str) and nproc_per_node.isdigit() and int(nproc_per_node) > 0)
-        ):
-            raise ValueError(
-                f"nproc_per_node: expected a positive integer, 'auto', 'cpu' or 'gpu', got {nproc_per_node!r}"
-            )
-        fields: dict[str, Any] = dict(spec_fields or {})
-        if nproc_per_node is not None:
-            fields["nprocPerNode"] = str(nproc_per_node)
+        super().__init__(**kwargs)
+        self.nproc_per_node = valid_nproc_per_node(nproc_per_node)
         if elastic_policy is not None:
-            fields["elasticPolicy"] = elastic_policy_spec(elastic_policy)
-        super().__init__(kind="PyTorchJob", spec_fields=fields or None, **kwargs)
-        self.builder_options["with_leader"] = with_master if with_master is not None else elastic_policy is None
-        self.nproc_per_node = nproc_per_node
+            elastic_policy_spec(elastic_policy)  # unknown keys fail when the DAG is parsed
         self.elastic_policy = elastic_policy
+        self.with_master = with_master
+
+    def kind_spec_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        if self.nproc_per_node is not None:
+            fields["nprocPerNode"] = str(self.nproc_per_node)
+        if self.elastic_policy is not None:
+            fields["elasticPolicy"] = elastic_policy_spec(self.elastic_policy)
+        return fields
+
+    def builds_leader(self) -> bool:
+        return self.with_master if self.with_master is not None else self.elastic_policy is None

@@ -16,30 +16,9 @@ from airflow_provider_disttrain.manifest.train_job_validation import (
     validate_train_job,
     validate_train_job_spec,
 )
-from airflow_provider_disttrain.operators.training_job import TrainingJobOperator, _positive_int
+from airflow_provider_disttrain.operators.base import BaseTrainingJobOperator
+from airflow_provider_disttrain.parameters import integer_at_least, optional_choice
 
-# TrainingJobOperator parameters that shape replica specs or the v1 run policy, which a TrainJob has
-# not: refused by name rather than silently dropped, with where the same thing goes in a TrainJob.
-_NOT_FOR_TRAIN_JOB = {
-    "num_workers": "use num_nodes",
-    "resources": "use resources_per_node",
-    "gpus_per_replica": "use gpus_per_node",
-    "restart_policy": "the runtime sets it",
-    "clean_pod_policy": "the runtime's JobSet decides",
-    "ttl_seconds_after_finished": "the runtime's JobSet ttlSecondsAfterFinished sets it",
-    "backoff_limit": "the runtime's Job template sets it",
-    "scheduling_queue": "set it in the runtime's podGroupPolicy",
-    "priority_class": "set it in the runtime",
-    "min_available": "set it in the runtime's podGroupPolicy",
-    "node_selector": "put it in job_manifest's spec.runtimePatches",
-    "tolerations": "put them in job_manifest's spec.runtimePatches",
-    "volumes": "put them in job_manifest's spec.runtimePatches",
-    "volume_mounts": "put them in job_manifest's spec.runtimePatches",
-    "service_account_name": "put it in job_manifest's spec.runtimePatches",
-    "image_pull_secrets": "put them in job_manifest's spec.runtimePatches",
-    "shm_size": "put the volume in job_manifest's spec.runtimePatches",
-    "spec_fields": "give job_manifest",
-}
 # Which operator parameter set a TrainJob field, so an error names what the DAG author wrote.
 _PARAMETER_FIELDS = {
     "runtime": "spec.runtimeRef.name",
@@ -48,7 +27,7 @@ _PARAMETER_FIELDS = {
 }
 
 
-class TrainJobOperator(TrainingJobOperator):
+class TrainJobOperator(BaseTrainingJobOperator):
     """Run a Kubeflow Trainer v2 TrainJob on a runtime (``torch-distributed``, ``deepspeed-distributed``...).
 
     The runtime (a ``ClusterTrainingRuntime``, or a ``TrainingRuntime`` in the job's namespace) holds
@@ -58,11 +37,13 @@ class TrainJobOperator(TrainingJobOperator):
     write TrainJobs), with the parameters below, or both (parameters win). The runtime must exist: it
     is looked up (one GET) before the TrainJob is submitted.
 
-    The shared parameters of ``TrainingJobOperator`` apply (naming, ``namespace``, connection,
-    ``image``, ``command``, ``args``, ``env``, ``labels``, ``annotations``, ``if_exists``, ``deferrable``,
-    timeouts, ``delete_on_*``, ``log_replicas``, ``dry_run``, and Kueue's ``queue``); ``labels`` and
-    ``annotations`` go on the TrainJob and, through a runtime patch the provider owns, on the trainer's
-    pods. ``active_deadline_seconds`` is the TrainJob's ``spec.activeDeadlineSeconds``. In addition:
+    The parameters of ``BaseTrainingJobOperator`` apply (naming, ``namespace``, connection, ``image``,
+    ``command``, ``args``, ``env``, ``labels``, ``annotations``, ``local_queue``, ``if_exists``,
+    ``deferrable``, ``wait_policy``, ``cleanup_policy``, ``log_replicas``, ``server_dry_run``); ``labels``
+    and ``annotations`` go on the TrainJob and, through a runtime patch the provider owns, on the
+    trainer's pods. What shapes a v1 job's replicas (``num_workers``, ``run_policy``, ``pod_options``...)
+    is not a TrainJob's: the runtime sets it, or ``job_manifest``'s ``spec.runtimePatches`` override it.
+    In addition:
 
     :param runtime: the runtime's name (``spec.runtimeRef.name``), e.g. ``torch-distributed``.
     :param runtime_kind: ``ClusterTrainingRuntime`` (default) or ``TrainingRuntime``.
@@ -72,11 +53,12 @@ class TrainJobOperator(TrainingJobOperator):
     :param dataset_uri: the dataset initializer's ``storageUri`` (e.g. ``hf://org/dataset``); the
         runtime must have a ``dataset-initializer`` step.
     :param model_uri: the model initializer's ``storageUri``; the runtime needs a ``model-initializer`` step.
+    :param active_deadline_seconds: the TrainJob's ``spec.activeDeadlineSeconds``.
     """
 
-    default_kind = "TrainJob"
+    kind = "TrainJob"
     template_fields: Sequence[str] = (
-        *TrainingJobOperator.template_fields,
+        *BaseTrainingJobOperator.template_fields,
         "runtime",
         "dataset_uri",
         "model_uri",
@@ -95,27 +77,26 @@ class TrainJobOperator(TrainingJobOperator):
         active_deadline_seconds: int | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs.pop("kind", None)
-        for name, instead in _NOT_FOR_TRAIN_JOB.items():
-            if kwargs.get(name) is not None:
-                raise ValueError(f"{name}: not a TrainJob parameter ({instead})")
-        if runtime_kind is not None and runtime_kind not in TRAINING_RUNTIME_KINDS:
-            raise ValueError(f"runtime_kind: {runtime_kind!r} is not one of {', '.join(TRAINING_RUNTIME_KINDS)}")
+        kind = kwargs.pop("kind", None)
+        if kind is not None and kind != "TrainJob":
+            raise ValueError(
+                f"kind: TrainJobOperator runs TrainJobs, not {kind}s (use TrainingJobOperator(kind={kind!r}))"
+            )
         if resources_per_node is not None:
             validate_resources(resources_per_node, "resources_per_node")
-        super().__init__(kind="TrainJob", **kwargs)
+        super().__init__(**kwargs)
         self.runtime = runtime
-        self.runtime_kind = runtime_kind
-        self.num_nodes = _positive_int(num_nodes, "num_nodes")
-        self.gpus_per_node = _positive_int(gpus_per_node, "gpus_per_node", minimum=0)
-        self.active_deadline_seconds = _positive_int(active_deadline_seconds, "active_deadline_seconds")
+        self.runtime_kind = optional_choice(runtime_kind, TRAINING_RUNTIME_KINDS, "runtime_kind")
+        self.num_nodes = integer_at_least(num_nodes, "num_nodes")
+        self.gpus_per_node = integer_at_least(gpus_per_node, "gpus_per_node", minimum=0)
+        self.active_deadline_seconds = integer_at_least(active_deadline_seconds, "active_deadline_seconds")
         self.resources_per_node = resources_per_node
         self.dataset_uri = dataset_uri
         self.model_uri = model_uri
         self._runtimes: dict[tuple[str, str, str], dict[str, Any] | None] = {}
 
     def train_job_parameters(self) -> TrainJobParameters:
-        # Kueue's ``queue`` is not here: the base operator labels every kind's job with it when naming it.
+        # ``local_queue`` is not here: the base operator labels every kind's job with it when naming it.
         return TrainJobParameters(
             runtime=self.runtime,
             runtime_kind=self.runtime_kind,
@@ -133,7 +114,7 @@ class TrainJobOperator(TrainingJobOperator):
             annotations=self.annotations,
         )
 
-    # -- the steps TrainingJobOperator.build_job_manifest leaves to the kind ------------------------
+    # -- the steps BaseTrainingJobOperator.build_job_manifest leaves to the kind ------------------------
 
     def assemble_manifest(self) -> dict[str, Any]:
         return build_train_job(

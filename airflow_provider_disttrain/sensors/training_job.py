@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_disttrain import outcome as outcomes
+from airflow_provider_disttrain.deadlines import Deadlines, WallClock
 from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
-from airflow_provider_disttrain.outcome import JobRef, check_job
+from airflow_provider_disttrain.outcome import JobRef
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -31,6 +31,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
     """
 
     ui_color = "#e6f4ea"
+    wall_clock: ClassVar[WallClock] = staticmethod(time.time)  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -58,7 +59,8 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
         # A job Kueue holds: say why it waits, in Kueue's words, when that changes.
         waiting_reason = self._kueue().observe(job)
-        outcome = check_job(ref, job, now=time.time(), waiting_reason=waiting_reason)
+        # The sensor's ``timeout`` is BaseSensorOperator's to enforce between pokes: no deadline here.
+        outcome = Deadlines().check(ref, job, now=self.wall_clock(), waiting_reason=waiting_reason)
         if outcome is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self._result(outcome))
@@ -67,18 +69,18 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         ref = self._ref()
-        outcome = check_job(ref, self.hook.get_job(ref.kind, ref.name, ref.namespace), now=time.time())
+        now = self.wall_clock()
+        outcome = Deadlines().check(ref, self.hook.get_job(ref.kind, ref.name, ref.namespace), now=now)
         if outcome is not None:
             return self._result(outcome)
         from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
-        timeout = self.timeout.total_seconds() if isinstance(self.timeout, timedelta) else self.timeout
         self.defer(
             trigger=TrainingJobTrigger(
                 kind=ref.kind,
                 name=ref.name,
                 namespace=ref.namespace,
-                execution_deadline=time.time() + float(timeout) if timeout else None,
+                **Deadlines.within(self.timeout, now=now).trigger_kwargs(),
                 poll_interval=float(self.poke_interval),
                 delete_on_kill=False,  # The sensor watches a job it does not own.
                 connection=self.hook.trigger_connection(),

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import cluster_script, training_dag, unique_dag_id
 
 
@@ -38,7 +39,12 @@ def test_trigger_survives_an_api_server_restart(namespace, run_dag, jobs, annota
     bouncer = threading.Thread(target=restart_when_deferred, daemon=True)
     bouncer.start()
     source = training_dag(
-        dag_id, job_name=job_name, restart_policy="Never", annotations=annotations, deferrable=True, poll_interval=2
+        dag_id,
+        job_name=job_name,
+        restart_policy="Never",
+        annotations=annotations,
+        deferrable=True,
+        wait_policy=WaitPolicy(poll_interval=2),
     )
     result = run_dag(dag_id, source)
     bouncer.join(timeout=120)

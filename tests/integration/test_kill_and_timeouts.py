@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from airflow_provider_disttrain.parameters import CleanupPolicy
 from tests.integration.conftest import training_dag, unique_dag_id
 
 LONG_RUNNING = {"disttrain.test/run-seconds": "600"}
@@ -43,7 +44,7 @@ def test_execution_timeout_keeps_the_job_when_asked(namespace, run_dag, jobs):
         job_name=job_name,
         annotations=LONG_RUNNING,
         execution_timeout=timedelta(seconds=8),
-        delete_on_timeout=False,
+        cleanup_policy=CleanupPolicy(on_timeout=False),
     )
     result = run_dag(dag_id, source)
 

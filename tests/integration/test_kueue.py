@@ -35,6 +35,7 @@ from airflow.sdk import dag
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
 
 @dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
 def pipeline():
@@ -171,9 +172,9 @@ def test_queue_timeout_fails_with_kueues_message_and_deletes_the_job(namespace, 
         job_name=job_name,
         num_workers=2,
         gpus_per_replica=8,
-        queue=LOCAL_QUEUE,
-        queue_timeout=10,
+        local_queue=LOCAL_QUEUE,
         deferrable=deferrable,
+        wait_policy=WaitPolicy(queue_timeout=10),
     )
 
     result = run_dag(dag_id, source)

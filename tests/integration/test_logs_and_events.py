@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timezone
 
+from airflow_provider_disttrain.parameters import RunPolicy
 from tests.integration.conftest import training_dag, unique_dag_id
 
 CANNED = [
@@ -35,7 +36,7 @@ def test_logs_are_read_with_timestamps_and_since_a_time_and_forwarded_once(names
     from airflow_provider_disttrain.logs import LEADER, LogForwarder
 
     dag_id = unique_dag_id("logs")
-    result = run_dag(dag_id, training_dag(dag_id, clean_pod_policy="None", log_replicas="none"))
+    result = run_dag(dag_id, training_dag(dag_id, log_replicas="none", run_policy=RunPolicy(clean_pod_policy="None")))
     assert result.task_state("train") == "success"
     name = result.xcom("train")["name"]
     hook = TrainingJobHook(conn_id="kubernetes_default")

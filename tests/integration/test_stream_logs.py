@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import structlog
 
+from airflow_provider_disttrain.parameters import RunPolicy
 from tests.integration.conftest import training_dag, unique_dag_id
 from tests.integration.test_logs_and_events import CANNED
 
@@ -30,8 +31,8 @@ def test_the_masters_log_is_streamed_once_while_deferred(namespace, run_dag, job
         dag_id,
         deferrable=True,
         stream_logs=True,
-        clean_pod_policy="None",
         annotations={"disttrain.test/run-seconds": "6"},
+        run_policy=RunPolicy(clean_pod_policy="None"),
     )
     result = run_dag(dag_id, source)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.parameters import RunPolicy, WaitPolicy
 from tests.integration.conftest import training_dag, unique_dag_id
 
 
@@ -56,8 +57,8 @@ def test_a_job_suspended_after_it_ran_outlives_the_startup_timeout(namespace, ru
             dag_id,
             job_name=name,
             annotations={"disttrain.test/run-seconds": "5"},
-            startup_timeout=startup_timeout,
             deferrable=deferrable,
+            wait_policy=WaitPolicy(startup_timeout=startup_timeout),
         ),
     )
     helper.join(timeout=120)
@@ -77,7 +78,15 @@ def test_a_ttl_the_wait_could_miss_is_refused_before_a_job_is_created(namespace,
 
     # Were it submitted, this job would stay Pending (9 GPUs fit no node) and be kept: nothing may be there.
     arguments = {"gpus_per_replica": 9, "startup_timeout": 5, "delete_on_timeout": False}
-    result = run_dag(dag_id, training_dag(dag_id, ttl_seconds_after_finished=1, poll_interval=5, **arguments))
+    result = run_dag(
+        dag_id,
+        training_dag(
+            dag_id,
+            **arguments,
+            run_policy=RunPolicy(ttl_seconds_after_finished=1),
+            wait_policy=WaitPolicy(poll_interval=5),
+        ),
+    )
 
     assert result.task_state("train") == "failed"
     assert jobs.list("pytorchjobs", namespace) == []
@@ -86,7 +95,12 @@ def test_a_ttl_the_wait_could_miss_is_refused_before_a_job_is_created(namespace,
 def test_a_ttl_the_wait_can_see_past_is_kept_and_the_operator_deletes_the_job_after(namespace, run_dag, jobs):
     dag_id = unique_dag_id("ttl")
 
-    result = run_dag(dag_id, training_dag(dag_id, ttl_seconds_after_finished=3, poll_interval=1))
+    result = run_dag(
+        dag_id,
+        training_dag(
+            dag_id, run_policy=RunPolicy(ttl_seconds_after_finished=3), wait_policy=WaitPolicy(poll_interval=1)
+        ),
+    )
 
     assert result.task_state("train") == "success"
     assert result.xcom("train")["state"] == "succeeded"

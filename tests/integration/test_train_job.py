@@ -211,7 +211,14 @@ def test_an_unschedulable_trainjob_times_out_with_the_scheduler_s_message_and_is
     """Its node Job counts as active while the pods are Pending: still not started, so startup_timeout applies."""
     dag_id = unique_dag_id("tj_nogpu")
     name = f"tj-nogpu-{dag_id[-6:]}"
-    source = train_dag(dag_id, job_name=name, num_nodes=2, gpus_per_node=100, startup_timeout=8, deferrable=deferrable)
+    source = train_dag(
+        dag_id,
+        job_name=name,
+        num_nodes=2,
+        gpus_per_node=100,
+        deferrable=deferrable,
+        wait_policy=WaitPolicy(startup_timeout=8),
+    )
     result = run_dag(dag_id, source)
 
     assert result.task_state("train") == "failed"
@@ -299,8 +306,8 @@ def test_a_trainjob_suspended_after_it_ran_outlives_the_startup_timeout(namespac
         job_name=name,
         num_nodes=2,
         annotations={"disttrain.test/run-seconds": "20"},
-        startup_timeout=startup_timeout,
         deferrable=deferrable,
+        wait_policy=WaitPolicy(startup_timeout=startup_timeout),
     )
     result = run_dag(dag_id, source)
     helper.join(timeout=120)
@@ -319,6 +326,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import dag
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
 
 
 class WorkerDiesAfterSubmitting(TrainJobOperator):

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.hooks import shared_watch
-from airflow_provider_disttrain.naming import DAG_ID_LABEL, RUN_ID_LABEL, TASK_ID_LABEL
+from airflow_provider_disttrain.naming import DAG_ID_LABEL, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from tests.unit.fakes import FakeTrainingJobHook, InMemoryWatches, queued_status, running_status, succeeded_status
 
@@ -47,7 +47,7 @@ DAG_FILE = """\
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_provider_disttrain import PyTorchJobOperator
+from airflow_provider_disttrain import PyTorchJobOperator, WaitPolicy
 
 with DAG(
     dag_id="{dag_id}",
@@ -59,7 +59,7 @@ with DAG(
     train = PyTorchJobOperator(
         task_id="train",
         job_manifest="{manifest}",
-        poll_interval=0.01,
+        wait_policy=WaitPolicy(poll_interval=0.01),
         deferrable={deferrable},
     )
 
@@ -183,3 +183,49 @@ def test_the_dag_file_needs_no_cluster_to_parse(airflow_db: Path) -> None:
     assert bag.import_errors == {}
     task = bag.dags["disttrain_parse_only"].get_task("train")
     assert "hook" not in task.__dict__
+
+
+MAPPED_DAG_FILE = """\
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_disttrain import CleanupPolicy, PyTorchJobOperator, WaitPolicy
+
+with DAG(
+    dag_id="{dag_id}",
+    schedule=None,
+    start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
+    catchup=False,
+    params={{"image": "trainer:2"}},
+) as dag:
+    PyTorchJobOperator.partial(
+        task_id="train", job_manifest="{manifest}", wait_policy=WaitPolicy(poll_interval=0.01)
+    ).expand(cleanup_policy=[CleanupPolicy(on_finish="always"), CleanupPolicy(on_finish="never")])
+"""
+
+
+def test_a_task_mapped_over_a_grouped_parameter_gets_each_value(airflow_db: Path, cluster: FakeTrainingJobHook) -> None:
+    """``expand()`` over a ``CleanupPolicy``: the value survives DAG serialization and reaches each instance."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    manifest = airflow_db / "disttrain_mapped.yaml"
+    manifest.write_text(MANIFEST)
+    path = airflow_db / "disttrain_mapped.py"
+    path.write_text(MAPPED_DAG_FILE.format(dag_id="disttrain_mapped", manifest=manifest.name))
+    try:
+        bag = DagBag(dag_folder=str(path))
+        assert bag.import_errors == {}
+        dag_run = bag.dags["disttrain_mapped"].test()
+    finally:
+        path.unlink()
+        manifest.unlink()
+
+    assert str(dag_run.state) == "success", task_states(dag_run)
+    assert len(cluster.called("create_job")) == 2
+    # Map index 0 deletes its job once it succeeded; map index 1 keeps its own.
+    [(deleted, _)] = cluster.called("delete_job")
+    kept = [name for _, name in cluster.jobs]
+    assert len(kept) == 1 and deleted[1] not in kept
+    submitted = {args[1]["metadata"]["name"]: args[1]["metadata"]["labels"] for args, _ in cluster.called("create_job")}
+    assert submitted[deleted[1]][MAP_INDEX_LABEL] == "0"
+    assert submitted[kept[0]][MAP_INDEX_LABEL] == "1"

@@ -34,8 +34,8 @@ def test_example_operators_validate_their_parameters_at_parse_time():
 
     assert train.kind == "PyTorchJob"
     assert train.deferrable is True
-    assert train.delete_on_finish == "succeeded"
-    assert train.builder_options["shm_size"] == "2Gi"
+    assert train.cleanup_policy.on_finish == "succeeded"
+    assert train.pod_options.shm_size == "2Gi"
 
 
 def test_the_trainjob_example_runs_on_torch_distributed():

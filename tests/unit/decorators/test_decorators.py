@@ -13,13 +13,16 @@ from airflow_provider_disttrain.decorators.entrypoint import call_function
 from airflow_provider_disttrain.decorators.payload import ENTRYPOINT_MODULE, PAYLOAD_ENV, PayloadError
 from airflow_provider_disttrain.exceptions import TrainingJobError
 from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.unit.fakes import FakeTrainingJobHook, make_context, make_pod, succeeded_status, with_hook
 from tests.unit.operators.test_training_job import trigger_event
 
 JOB = "train-abc"
 
 
-@task.pytorch_job(image="trainer:1", num_workers=2, nproc_per_node=4, job_name=JOB, poll_interval=0.01)
+@task.pytorch_job(
+    image="trainer:1", num_workers=2, nproc_per_node=4, job_name=JOB, wait_policy=WaitPolicy(poll_interval=0.01)
+)
 def train(dataset: str, epochs: int = 1, hyper: dict | None = None) -> dict:
     # comments are dropped from the shipped source
     import math
@@ -27,7 +30,9 @@ def train(dataset: str, epochs: int = 1, hyper: dict | None = None) -> dict:
     return {"dataset": dataset, "epochs": epochs, "lr": (hyper or {}).get("lr"), "pi": round(math.pi, 2)}
 
 
-@task.mpi_job(image="horovod:1", num_workers=2, slots_per_worker=2, job_name=JOB, poll_interval=0.01)
+@task.mpi_job(
+    image="horovod:1", num_workers=2, slots_per_worker=2, job_name=JOB, wait_policy=WaitPolicy(poll_interval=0.01)
+)
 def allreduce(values: list) -> float:
     return sum(values)
 

@@ -502,7 +502,7 @@ def test_run_policy_merges_into_the_manifests(load_yaml):
                 active_deadline_seconds=7200,
                 backoff_limit=3,
                 suspend=True,
-                queue="gpu-queue",
+                scheduling_queue="gpu-queue",
                 priority_class="high-priority",
                 min_available=3,
             )
@@ -525,7 +525,7 @@ def test_run_policy_merges_into_the_manifests(load_yaml):
         (RunPolicy(), {}),
         (RunPolicy(ttl_seconds_after_finished=0), {"ttlSecondsAfterFinished": 0}),
         (RunPolicy(suspend=False), {"suspend": False}),
-        (RunPolicy(queue="default"), {"schedulingPolicy": {"queue": "default"}}),
+        (RunPolicy(scheduling_queue="default"), {"schedulingPolicy": {"queue": "default"}}),
         (
             RunPolicy(clean_pod_policy="Running", min_available=2),
             {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": 2}},

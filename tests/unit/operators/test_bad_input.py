@@ -26,6 +26,7 @@ from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.parameters import PodOptions, RunPolicy
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from tests.unit.conftest import read_yaml
 from tests.unit.fakes import FakeTrainingJobHook, make_context, with_hook
@@ -105,7 +106,13 @@ def hook_with_runtimes() -> FakeTrainingJobHook:
     return hook
 
 
+GROUPED = {"pod_options": PodOptions, "run_policy": RunPolicy}
+
+
 def operator(kind: str, **kwargs: Any) -> TrainingJobOperator:
+    """The kind's operator; a grouped parameter given as a dict of its fields is made here, inside the
+    test's ``raises`` (a ``PodOptions`` checks itself when it is made)."""
+    kwargs = {key: GROUPED[key](**value) if key in GROUPED else value for key, value in kwargs.items()}
     # Not waiting: an input that is wrongly accepted fails the test at once instead of polling.
     arguments: dict[str, Any] = {"task_id": "train", "wait_for_completion": False}
     if kind == TJ:
@@ -126,65 +133,80 @@ def operator(kind: str, **kwargs: Any) -> TrainingJobOperator:
 # (story, operator kind, operator arguments, the field the error names)
 BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
     # -- quantities: shm_size and resources, as parameters ------------------------------------------
-    ("shm_size in bytes units docker style", PT, {"shm_size": "16GB"}, "shm_size"),
-    ("shm_size in lower case", PT, {"shm_size": "16gi"}, "shm_size"),
-    ("shm_size with a space", PADDLE, {"shm_size": "8 Gi"}, "shm_size"),
-    ("shm_size negative", XGB, {"shm_size": "-1Gi"}, "shm_size"),
-    ("shm_size not a string or number", PT, {"shm_size": ["16Gi"]}, "shm_size"),
-    ("memory in GB", PT, {"resources": {"limits": {"memory": "8GB"}}}, "resources.limits.memory"),
-    ("cpu spelled out", TF, {"resources": {"limits": {"cpu": "two"}}}, "resources.limits.cpu"),
-    ("cpu negative", JAX, {"resources": {"requests": {"cpu": -1}}}, "resources.requests.cpu"),
+    ("shm_size in bytes units docker style", PT, {"pod_options": {"shm_size": "16GB"}}, "pod_options.shm_size"),
+    ("shm_size in lower case", PT, {"pod_options": {"shm_size": "16gi"}}, "pod_options.shm_size"),
+    ("shm_size with a space", PADDLE, {"pod_options": {"shm_size": "8 Gi"}}, "pod_options.shm_size"),
+    ("shm_size negative", XGB, {"pod_options": {"shm_size": "-1Gi"}}, "pod_options.shm_size"),
+    ("shm_size not a string or number", PT, {"pod_options": {"shm_size": ["16Gi"]}}, "pod_options.shm_size"),
+    ("memory in GB", PT, {"replica_resources": {"limits": {"memory": "8GB"}}}, "replica_resources.limits.memory"),
+    ("cpu spelled out", TF, {"replica_resources": {"limits": {"cpu": "two"}}}, "replica_resources.limits.cpu"),
+    ("cpu negative", JAX, {"replica_resources": {"requests": {"cpu": -1}}}, "replica_resources.requests.cpu"),
     (
         "memory request above limit",
         PT,
-        {"resources": {"requests": {"memory": "16Gi"}, "limits": {"memory": "8Gi"}}},
-        "resources.requests.memory",
+        {"replica_resources": {"requests": {"memory": "16Gi"}, "limits": {"memory": "8Gi"}}},
+        "replica_resources.requests.memory",
     ),
     (
         "cpu request above limit",
         MPI,
-        {"resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2000m"}}},
-        "resources.requests.cpu",
+        {"replica_resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2000m"}}},
+        "replica_resources.requests.cpu",
     ),
-    ("misspelt resource name", PT, {"resources": {"limits": {"memroy": "8Gi"}}}, "resources.limits.memroy"),
-    ("gpu without its domain", XGB, {"resources": {"limits": {"gpu": 1}}}, "resources.limits.gpu"),
-    ("fractional gpu", PT, {"resources": {"limits": {"nvidia.com/gpu": 0.5}}}, "resources.limits.nvidia.com/gpu"),
+    (
+        "misspelt resource name",
+        PT,
+        {"replica_resources": {"limits": {"memroy": "8Gi"}}},
+        "replica_resources.limits.memroy",
+    ),
+    ("gpu without its domain", XGB, {"replica_resources": {"limits": {"gpu": 1}}}, "replica_resources.limits.gpu"),
+    (
+        "fractional gpu",
+        PT,
+        {"replica_resources": {"limits": {"nvidia.com/gpu": 0.5}}},
+        "replica_resources.limits.nvidia.com/gpu",
+    ),
     (
         "gpu request without limit",
         TF,
-        {"resources": {"requests": {"nvidia.com/gpu": 1}}},
-        "resources.limits.nvidia.com/gpu",
+        {"replica_resources": {"requests": {"nvidia.com/gpu": 1}}},
+        "replica_resources.limits.nvidia.com/gpu",
     ),
     (
         "gpu request below limit",
         PT,
-        {"resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}},
-        "resources.requests.nvidia.com/gpu",
+        {"replica_resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}},
+        "replica_resources.requests.nvidia.com/gpu",
     ),
     (
         "per-replica memory malformed",
         PT,
-        {"resources": {"Worker": {"limits": {"memory": "1 Gi"}}}},
-        "resources.Worker.limits.memory",
+        {"replica_resources": {"Worker": {"limits": {"memory": "1 Gi"}}}},
+        "replica_resources.Worker.limits.memory",
     ),
     (
         "resources for a replica the kind lacks",
         JAX,
-        {"resources": {"Master": {"limits": {"cpu": "1"}}}},
-        "resources.Master",
+        {"replica_resources": {"Master": {"limits": {"cpu": "1"}}}},
+        "replica_resources.Master",
     ),
-    ("resources for a misspelt replica", PT, {"resources": {"Workers": {"limits": {"cpu": "1"}}}}, "resources.Workers"),
+    (
+        "resources for a misspelt replica",
+        PT,
+        {"replica_resources": {"Workers": {"limits": {"cpu": "1"}}}},
+        "replica_resources.Workers",
+    ),
     (
         "mpi worker memory malformed",
         MPI,
-        {"worker_resources": {"limits": {"memory": "4gb"}}},
-        "worker_resources.limits.memory",
+        {"replica_resources": {"Worker": {"limits": {"memory": "4gb"}}}},
+        "replica_resources.Worker.limits.memory",
     ),
     (
         "mpi launcher cpu above limit",
         MPI,
-        {"launcher_resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
-        "launcher_resources.requests.cpu",
+        {"replica_resources": {"Launcher": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}},
+        "replica_resources.Launcher.requests.cpu",
     ),
     ("gpus_per_replica negative", PT, {"gpus_per_replica": -1}, "gpus_per_replica"),
     # -- environment variables -------------------------------------------------------------------------
@@ -340,7 +362,12 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
     ("job name with an underscore", PT, {"job_name": "train_1"}, "metadata.name"),
     ("no workers", PT, {"num_workers": 0}, "num_workers"),
     ("if_exists misspelt", TF, {"job_name": "t", "if_exists": "overwrite"}, "if_exists"),
-    ("clean pod policy in lower case", PT, {"clean_pod_policy": "all"}, "spec.runPolicy.cleanPodPolicy"),
+    (
+        "clean pod policy in lower case",
+        PT,
+        {"run_policy": {"clean_pod_policy": "all"}},
+        "spec.runPolicy.cleanPodPolicy",
+    ),
     (
         "elastic range inverted",
         PT,
@@ -358,7 +385,6 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
         "resources_per_node.limits.memory",
     ),
     ("runtime kind in lower case", TJ, {"runtime_kind": "clustertrainingruntime"}, "runtime_kind"),
-    ("a PyTorchJob parameter on a TrainJob", TJ, {"num_workers": 2}, "num_workers"),
     ("no runtime", TJ, {"runtime": None}, "spec.runtimeRef"),
     ("dataset uri without a scheme", TJ, {"dataset_uri": "tatsu-lab/alpaca"}, "spec.initializer.dataset.storageUri"),
     ("blank image", TJ, {"image": " "}, "spec.trainer.image"),
@@ -417,20 +443,20 @@ def test_a_manifest_of_another_kind_is_named_by_its_kind():
 # -- valid look-alikes are submitted ------------------------------------------------------------------
 
 GOOD_INPUTS: list[tuple[str, str, dict[str, Any]]] = [
-    ("shm_size in Gi", PT, {"shm_size": "16Gi"}),
-    ("shm_size in decimal units and fractions", TF, {"shm_size": "1.5G"}),
-    ("shm_size as an exponent", XGB, {"shm_size": "1e9"}),
+    ("shm_size in Gi", PT, {"pod_options": {"shm_size": "16Gi"}}),
+    ("shm_size in decimal units and fractions", TF, {"pod_options": {"shm_size": "1.5G"}}),
+    ("shm_size as an exponent", XGB, {"pod_options": {"shm_size": "1e9"}}),
     (
         "cpu in millicores, memory request below limit",
         PT,
-        {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": 2, "memory": "2Gi"}}},
+        {"replica_resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": 2, "memory": "2Gi"}}},
     ),
     (
         "gpu request equal to limit",
         MPI,
-        {"worker_resources": {"requests": {"nvidia.com/gpu": 2}, "limits": {"nvidia.com/gpu": "2"}}},
+        {"replica_resources": {"Worker": {"requests": {"nvidia.com/gpu": 2}, "limits": {"nvidia.com/gpu": "2"}}}},
     ),
-    ("per-replica resources in lower case", PT, {"resources": {"worker": {"limits": {"memory": "4Gi"}}}}),
+    ("per-replica resources in lower case", PT, {"replica_resources": {"worker": {"limits": {"memory": "4Gi"}}}}),
     ("env docker style, value holding '='", PT, {"env": ["EPOCHS=3", "FLAGS=--lr=0.1", "EMPTY="]}),
     ("env names with dots and dashes", PADDLE, {"env": {"my.env-name": "1", "MyEnvName1": "2"}}),
     (
@@ -481,7 +507,7 @@ def test_docker_style_env_becomes_env_vars():
 def test_per_replica_resources_written_in_lower_case_reach_their_replica():
     hook = FakeTrainingJobHook()
 
-    with_hook(operator(PT, resources={"worker": {"limits": {"memory": "4Gi"}}}), hook).execute(make_context())
+    with_hook(operator(PT, replica_resources={"worker": {"limits": {"memory": "4Gi"}}}), hook).execute(make_context())
 
     submitted = hook.submitted_manifest()
     assert main(submitted)["resources"] == {"limits": {"memory": "4Gi"}}

@@ -9,6 +9,7 @@ import pytest
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
 from airflow_provider_disttrain.kinds import JOB_ROLE_LABEL
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.unit.fakes import (
     OOM_KILLED,
     FakeTrainingJobHook,
@@ -29,7 +30,7 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> MPIJobOperator:
         "image": "horovod:1",
         "command": LAUNCHER_COMMAND,
         "num_workers": 2,
-        "poll_interval": 0.01,
+        "wait_policy": WaitPolicy(poll_interval=0.01),
     }
     arguments.update(kwargs)
     return with_hook(MPIJobOperator(**arguments), hook)
@@ -46,8 +47,7 @@ def test_runs_an_mpijob_with_a_launcher_and_ssh_workers() -> None:
         mpi_implementation="OpenMPI",
         launcher_creation_policy="WaitForWorkersReady",
         run_launcher_as_worker=False,
-        worker_resources={"limits": {"nvidia.com/gpu": 2}},
-        launcher_resources={"limits": {"cpu": "1"}},
+        replica_resources={"Worker": {"limits": {"nvidia.com/gpu": 2}}, "Launcher": {"limits": {"cpu": "1"}}},
     ).execute(make_context())
 
     assert result["kind"] == "MPIJob"
@@ -118,7 +118,6 @@ def test_an_mpijob_without_image_is_rejected_before_any_api_call() -> None:
         ({"slots_per_worker": "2"}, "slots_per_worker"),
         ({"mpi_implementation": "X"}, "mpi_implementation"),
         ({"launcher_creation_policy": "Eventually"}, "launcher_creation_policy"),
-        ({"resources": {"limits": {"cpu": 1}}, "worker_resources": {"limits": {"cpu": 2}}}, "resources"),
         ({"num_workers": 0}, "num_workers"),
     ],
 )
@@ -127,8 +126,11 @@ def test_invalid_parameters_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], 
         MPIJobOperator(task_id="t", image="i", **kwargs)
 
 
-def test_the_kind_is_always_mpijob() -> None:
-    assert MPIJobOperator(task_id="t", image="i", kind="PyTorchJob").kind == "MPIJob"
+def test_the_kind_is_mpijob_and_another_kind_is_refused_not_dropped() -> None:
+    assert MPIJobOperator(task_id="t", image="i").kind == "MPIJob"
+    assert MPIJobOperator(task_id="u", image="i", kind="MPIJob").kind == "MPIJob"
+    with pytest.raises(ValueError, match=r"^kind: MPIJobOperator runs MPIJobs, not PyTorchJobs"):
+        MPIJobOperator(task_id="v", image="i", kind="PyTorchJob")
 
 
 def test_the_mpi_choices_are_the_kinds_tables() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator, elastic_policy_spec
+from airflow_provider_disttrain.parameters import PodOptions, RunPolicy, WaitPolicy
 from tests.unit.fakes import (
     OOM_KILLED,
     FakeTrainingJobHook,
@@ -26,7 +27,7 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> PyTorchJobOperato
         "image": "pytorch-trainer:1",
         "command": ["torchrun", "train.py"],
         "num_workers": 2,
-        "poll_interval": 0.01,
+        "wait_policy": WaitPolicy(poll_interval=0.01),
     }
     arguments.update(kwargs)
     return with_hook(PyTorchJobOperator(**arguments), hook)
@@ -35,7 +36,9 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> PyTorchJobOperato
 def test_runs_a_pytorchjob_with_a_master_and_workers() -> None:
     hook = FakeTrainingJobHook(progression=[running_status(workers=2), succeeded_status(workers=2)])
 
-    result = make_operator(hook, nproc_per_node=4, gpus_per_replica=1, shm_size="2Gi").execute(make_context())
+    result = make_operator(hook, nproc_per_node=4, gpus_per_replica=1, pod_options=PodOptions(shm_size="2Gi")).execute(
+        make_context()
+    )
 
     assert result["kind"] == "PyTorchJob"
     assert result["state"] == "succeeded"
@@ -70,18 +73,20 @@ def test_elastic_policy_accepts_snake_case_and_the_crds_keys() -> None:
     assert elastic_policy_spec({"rdzvId": "x"}) == {"rdzvId": "x"}
 
 
-def test_spec_fields_are_merged_with_the_pytorch_ones() -> None:
+def test_the_pytorch_fields_are_merged_with_the_run_policy() -> None:
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
 
-    make_operator(hook, nproc_per_node="auto", spec_fields={"runPolicy": {"suspend": False}}).execute(make_context())
+    make_operator(hook, nproc_per_node="auto", run_policy=RunPolicy(suspend=False)).execute(make_context())
 
     spec = hook.submitted_manifest()["spec"]
     assert spec["nprocPerNode"] == "auto"
     assert spec["runPolicy"]["suspend"] is False
 
 
-def test_the_kind_is_always_pytorchjob() -> None:
-    assert PyTorchJobOperator(task_id="t", image="i", kind="MPIJob").kind == "PyTorchJob"
+def test_the_kind_is_pytorchjob_and_another_kind_is_refused_not_dropped() -> None:
+    assert PyTorchJobOperator(task_id="t", image="i").kind == "PyTorchJob"
+    with pytest.raises(ValueError, match=r"^kind: PyTorchJobOperator runs PyTorchJobs, not MPIJobs"):
+        PyTorchJobOperator(task_id="u", image="i", kind="MPIJob")
 
 
 def test_failure_names_the_oom_killed_master() -> None:

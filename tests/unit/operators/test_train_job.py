@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from airflow_provider_disttrain.kinds import (
 from airflow_provider_disttrain.manifest.train_job import PATCH_MANAGER
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.unit.conftest import read_yaml
 from tests.unit.fakes import OOM_KILLED, FakeTrainingJobHook, make_context, with_hook
 
@@ -62,7 +64,7 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> TrainJobOperator:
         "image": "pytorch/pytorch:2.13.0",
         "command": ["torchrun", "train.py"],
         "num_nodes": 2,
-        "poll_interval": 0.01,
+        "wait_policy": WaitPolicy(poll_interval=0.01),
     }
     arguments.update(kwargs)
     return with_hook(TrainJobOperator(**arguments), hook)
@@ -156,9 +158,7 @@ def test_a_namespaced_training_runtime_is_looked_up_in_the_job_s_namespace() -> 
         ({"num_nodes": 0}, r"^num_nodes: expected an integer >= 1, got 0"),
         ({"gpus_per_node": -1}, r"^gpus_per_node: "),
         ({"runtime_kind": "ClusterRuntime"}, r"^runtime_kind: 'ClusterRuntime' is not one of"),
-        ({"num_workers": 2}, r"^num_workers: not a TrainJob parameter \(use num_nodes\)"),
-        ({"gpus_per_replica": 1}, r"^gpus_per_replica: not a TrainJob parameter \(use gpus_per_node\)"),
-        ({"tolerations": []}, r"^tolerations: not a TrainJob parameter"),
+        ({"kind": "PyTorchJob"}, r"^kind: TrainJobOperator runs TrainJobs, not PyTorchJobs"),
     ],
 )
 def test_bad_parameters_fail_when_the_dag_is_parsed(arguments: dict[str, Any], message: str) -> None:
@@ -193,14 +193,21 @@ def test_a_pytorchjob_manifest_is_refused_with_the_operator_to_use() -> None:
     assert hook.api_calls() == []
 
 
+@pytest.mark.parametrize(
+    "parameter", ["num_workers", "gpus_per_replica", "run_policy", "pod_options", "restart_policy"]
+)
+def test_what_shapes_replica_specs_is_no_trainjob_parameter(parameter: str) -> None:
+    """TrainJobOperator has its own parameter set: a v1 job's replica parameters are not in it at all."""
+    assert parameter not in inspect.signature(TrainJobOperator.__init__).parameters
+    with pytest.raises(TypeError, match=rf"(?s)Invalid arguments were passed to TrainJobOperator.*'{parameter}'"):
+        TrainJobOperator(task_id="t", runtime="torch-distributed", **{parameter: 1})
+
+
 def test_the_generic_operator_points_at_trainjoboperator() -> None:
-    hook = make_hook()
-    operator = with_hook(TrainingJobOperator(task_id="t", kind="TrainJob", image="i", poll_interval=0.01), hook)
-    with pytest.raises(InvalidJobSpecError) as raised:
-        operator.execute(make_context())
-    assert raised.value.field == "kind"
-    assert "submit it with TrainJobOperator" in raised.value.problem
-    assert hook.api_calls() == []
+    with pytest.raises(
+        ValueError, match=r"^kind: TrainJob has no replica specs; use its own operator \(TrainJobOperator\)"
+    ):
+        TrainingJobOperator(task_id="t", kind="TrainJob", image="i")
 
 
 def test_labels_and_annotations_reach_the_job_and_the_trainer_pods() -> None:
@@ -267,7 +274,7 @@ def test_log_replicas_may_name_nodes_the_job_has() -> None:
 
 def test_dry_run_sends_the_trainjob_for_validation_only() -> None:
     hook = make_hook()
-    result = make_operator(hook, dry_run=True).execute(make_context())
+    result = make_operator(hook, server_dry_run=True).execute(make_context())
     assert result["kind"] == "TrainJob"
     assert hook.called("create_job")[0][1] == {"dry_run": True}
     assert hook.jobs == {}
@@ -276,7 +283,7 @@ def test_dry_run_sends_the_trainjob_for_validation_only() -> None:
 def test_kueue_s_queue_labels_the_trainjob_itself() -> None:
     hook = make_hook("complete")
 
-    make_operator(hook, queue="user-queue").execute(make_context())
+    make_operator(hook, local_queue="user-queue").execute(make_context())
 
     manifest = hook.submitted_manifest()
     assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "user-queue"

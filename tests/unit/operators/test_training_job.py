@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -31,10 +34,12 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
 )
 from airflow_provider_disttrain.hooks import shared_watch
+from airflow_provider_disttrain.identity import STATE_STORE_KEY
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_labels
-from airflow_provider_disttrain.operators.training_job import STATE_STORE_KEY, TrainingJobOperator
+from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.outcome import ERROR, JobRef, make_outcome
-from airflow_provider_disttrain.status import job_result, parse_time
+from airflow_provider_disttrain.parameters import CleanupPolicy, RunPolicy, WaitPolicy
+from airflow_provider_disttrain.status import job_result
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import (
     FAILED_REASON,
@@ -58,7 +63,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> TrainingJobOperator:
-    arguments: dict[str, Any] = {"task_id": "train", "image": "trainer:1", "num_workers": 2, "poll_interval": 0.01}
+    arguments: dict[str, Any] = {
+        "task_id": "train",
+        "image": "trainer:1",
+        "num_workers": 2,
+        "wait_policy": WaitPolicy(poll_interval=0.01),
+    }
     arguments.update(kwargs)
     return with_hook(TrainingJobOperator(**arguments), hook)
 
@@ -203,7 +213,7 @@ def test_sync_failure_explains_the_reason_and_the_oom_killed_replica() -> None:
 )
 def test_delete_on_finish(delete_on_finish: str, final: str, deleted: bool) -> None:
     hook = progressing(running_status(), succeeded_status() if final == "succeeded" else failed_status())
-    operator = make_operator(hook, job_name="train-abc", delete_on_finish=delete_on_finish)
+    operator = make_operator(hook, job_name="train-abc", cleanup_policy=CleanupPolicy(on_finish=delete_on_finish))
 
     if final == "succeeded":
         operator.execute(make_context())
@@ -222,11 +232,11 @@ def test_startup_timeout_fails_the_task_and_deletes_the_job() -> None:
     hook = progressing(queued_status())
 
     with pytest.raises(JobTimeoutError) as raised:
-        make_operator(hook, job_name="train-abc", startup_timeout=0.05).execute(make_context())
+        make_operator(hook, job_name="train-abc", wait_policy=WaitPolicy(startup_timeout=0.05)).execute(make_context())
 
     message = str(raised.value)
     assert "did not start within startup_timeout" in message
-    assert "was deleted (delete_on_timeout=True)" in message
+    assert "was deleted (cleanup_policy.on_timeout=True)" in message
     assert hook.job("train-abc") is None
     assert hook.called("delete_job")[0][1]["uid"] == "uid-created-1"
 
@@ -235,7 +245,12 @@ def test_startup_timeout_keeps_the_job_when_asked_to() -> None:
     hook = progressing(queued_status())
 
     with pytest.raises(JobTimeoutError) as raised:
-        make_operator(hook, job_name="train-abc", startup_timeout=0.05, delete_on_timeout=False).execute(make_context())
+        make_operator(
+            hook,
+            job_name="train-abc",
+            wait_policy=WaitPolicy(startup_timeout=0.05),
+            cleanup_policy=CleanupPolicy(on_timeout=False),
+        ).execute(make_context())
 
     assert "was deleted" not in str(raised.value)
     assert hook.job("train-abc") is not None
@@ -273,7 +288,7 @@ def test_on_kill_during_the_sync_wait_deletes_the_job_with_its_uid() -> None:
 
 def test_on_kill_leaves_the_job_with_delete_on_kill_false() -> None:
     hook = progressing(running_status())
-    operator = make_operator(hook, job_name="train-abc", delete_on_kill=False)
+    operator = make_operator(hook, job_name="train-abc", cleanup_policy=CleanupPolicy(on_kill=False))
     hook.on_get = lambda number: (_ for _ in ()).throw(Killed) if number == 3 else None
 
     with pytest.raises(Killed):
@@ -294,7 +309,7 @@ def test_on_kill_before_anything_was_submitted_does_nothing() -> None:
 @pytest.mark.parametrize(("delete_on_timeout", "deleted"), [(True, True), (False, False)])
 def test_execution_timeout_in_sync_mode_follows_delete_on_timeout(delete_on_timeout: bool, deleted: bool) -> None:
     hook = progressing(running_status())
-    operator = make_operator(hook, job_name="train-abc", delete_on_timeout=delete_on_timeout)
+    operator = make_operator(hook, job_name="train-abc", cleanup_policy=CleanupPolicy(on_timeout=delete_on_timeout))
     hook.on_get = lambda number: (_ for _ in ()).throw(AirflowTaskTimeout("timed out")) if number == 3 else None
 
     with pytest.raises(AirflowTaskTimeout):
@@ -364,10 +379,12 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
         hook,
         deferrable=True,
         execution_timeout=timedelta(hours=2),
-        startup_timeout=timedelta(minutes=30),
-        poll_interval=7,
-        delete_on_kill=False,
+        wait_policy=WaitPolicy(startup_timeout=timedelta(minutes=30), poll_interval=7),
+        cleanup_policy=CleanupPolicy(on_kill=False),
     )
+    # The worker's clock, 20 minutes behind the API server's that stamps creationTimestamp.
+    submitted = time.time() - 1200
+    operator.wall_clock = lambda: submitted
 
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute(make_context(ti))
@@ -381,9 +398,8 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
         "default",
         job["metadata"]["uid"],
     )
-    created = parse_time(job["metadata"]["creationTimestamp"])
-    assert created is not None
-    assert trigger.startup_deadline == created.timestamp() + 1800
+    # Counted on one clock, the worker's, from the submission: not from the server's creationTimestamp.
+    assert trigger.startup_deadline == submitted + 1800
     # Airflow 3 does not time a deferred task out by its execution_timeout: the trigger enforces it.
     assert trigger.execution_deadline == started.timestamp() + 7200
     assert trigger.poll_interval == 7.0
@@ -401,7 +417,7 @@ def test_deferrable_without_timeouts_has_no_deadlines() -> None:
     hook = progressing(running_status())
 
     with pytest.raises(TaskDeferred) as deferred:
-        make_operator(hook, deferrable=True, startup_timeout=None).execute(make_context())
+        make_operator(hook, deferrable=True, wait_policy=WaitPolicy(startup_timeout=None)).execute(make_context())
 
     trigger = deferred.value.trigger
     assert (trigger.startup_deadline, trigger.execution_deadline) == (None, None)
@@ -469,9 +485,9 @@ def test_execute_complete_timeout_raises_job_timeout_and_follows_delete_on_timeo
     event = trigger_event(queued, startup_deadline=0.0)
 
     with pytest.raises(JobTimeoutError, match="did not start within startup_timeout"):
-        make_operator(hook, job_name="train-abc", delete_on_timeout=delete_on_timeout).execute_complete(
-            make_context(), event, job_uid="uid-1"
-        )
+        make_operator(
+            hook, job_name="train-abc", cleanup_policy=CleanupPolicy(on_timeout=delete_on_timeout)
+        ).execute_complete(make_context(), event, job_uid="uid-1")
 
     assert event["status"] == "timeout"
     assert (hook.job("train-abc") is None) == deleted
@@ -541,7 +557,7 @@ def test_a_deferral_timed_out_by_the_scheduler_deletes_the_job(delete_on_timeout
     ti.xcoms.update(job_name="train-abc", job_namespace="default")
 
     with pytest.raises(TaskDeferralTimeout):
-        make_operator(hook, delete_on_timeout=delete_on_timeout).resume_execution(
+        make_operator(hook, cleanup_policy=CleanupPolicy(on_timeout=delete_on_timeout)).resume_execution(
             TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, make_context(ti)
         )
 
@@ -658,21 +674,58 @@ def test_explicit_name_with_if_exists_replace_deletes_then_creates() -> None:
     assert hook.api_calls().index("delete_job") < hook.api_calls().index("create_job")
 
 
-def test_explicit_name_with_if_exists_reattach_follows_a_running_job() -> None:
-    hook = FakeTrainingJobHook()
-    hook.add_job(make_job("my-job", uid="uid-old", status=running_status()), [running_status(), succeeded_status()])
+def own_labels(ti: FakeTI, **changes: Any) -> dict[str, str]:
+    """The labels ``ti``'s task instance puts on its job, with ``changes`` (another run, map index...)."""
+    identity = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index, **changes}
+    return task_instance_labels(try_number=1, **identity)
 
-    result = make_operator(hook, job_name="my-job", if_exists="reattach").execute(make_context())
+
+def test_explicit_name_with_if_exists_reattach_follows_this_task_instances_running_job() -> None:
+    hook = FakeTrainingJobHook()
+    ti = FakeTI(try_number=2)
+    job = make_job("my-job", uid="uid-old", status=running_status(), labels=own_labels(ti))
+    hook.add_job(job, [running_status(), succeeded_status()])
+
+    result = make_operator(hook, job_name="my-job", if_exists="reattach").execute(make_context(ti))
 
     assert result["uid"] == "uid-old"
     assert hook.called("create_job") == []
 
 
-def test_explicit_name_with_if_exists_reattach_replaces_a_finished_job() -> None:
-    hook = progressing(succeeded_status())
-    hook.add_job(make_job("my-job", uid="uid-old", status=failed_status()))
+@pytest.mark.parametrize(
+    ("owner", "named"),
+    [
+        ({"run_id": "backfill__2024-01-01"}, "run 'backfill__2024-01-01'"),
+        ({"map_index": 3}, "map index 3"),
+        (None, "no Airflow task of this provider"),
+    ],
+    ids=["another run", "another mapped instance", "no task"],
+)
+@pytest.mark.parametrize("if_exists", ["reattach", "fail"])
+def test_an_explicit_name_holding_another_owners_running_job_is_refused_naming_the_owner(
+    owner: dict[str, Any] | None, named: str, if_exists: str
+) -> None:
+    """A backfill run, or a mapped instance sharing a static name, never adopts (nor deletes) another's job."""
+    hook = FakeTrainingJobHook()
+    ti = FakeTI()
+    labels = own_labels(ti, **owner) if owner is not None else {}
+    hook.add_job(make_job("my-job", uid="uid-theirs", status=running_status(), labels=labels))
 
-    result = make_operator(hook, job_name="my-job", if_exists="reattach").execute(make_context())
+    with pytest.raises(JobAlreadyExistsError) as raised:
+        make_operator(hook, job_name="my-job", if_exists=if_exists).execute(make_context(ti))
+
+    assert "PyTorchJob default/my-job already exists and belongs to " in str(raised.value)
+    assert named in str(raised.value)
+    assert f"if_exists={if_exists!r}" in str(raised.value)
+    assert hook.called("create_job") == hook.called("delete_job") == []
+
+
+def test_explicit_name_with_if_exists_reattach_replaces_this_task_instances_finished_job() -> None:
+    hook = progressing(succeeded_status())
+    ti = FakeTI(try_number=2)
+    hook.add_job(make_job("my-job", uid="uid-old", status=failed_status(), labels=own_labels(ti)))
+
+    result = make_operator(hook, job_name="my-job", if_exists="reattach").execute(make_context(ti))
 
     assert result["uid"] == "uid-created-1"
     assert hook.called("delete_job")[0][1] == {"uid": "uid-old"}
@@ -715,7 +768,7 @@ def test_a_create_conflict_on_someone_elses_job_fails() -> None:
         ({"job_manifest": "spec: [unclosed"}, "job_manifest"),
         ({"job_manifest": "/no/such/manifest.yaml"}, "job_manifest"),
         ({"restart_policy": "Sometimes"}, "spec.pytorchReplicaSpecs.Master.restartPolicy"),
-        ({"clean_pod_policy": "Some"}, "spec.runPolicy.cleanPodPolicy"),
+        ({"run_policy": RunPolicy(clean_pod_policy="Some")}, "spec.runPolicy.cleanPodPolicy"),
     ],
 )
 def test_an_invalid_job_is_rejected_before_any_api_call(kwargs: dict[str, Any], field: str) -> None:
@@ -732,29 +785,35 @@ def test_an_invalid_job_is_rejected_before_any_api_call(kwargs: dict[str, Any], 
 @pytest.mark.parametrize(
     ("kwargs", "parameter"),
     [
-        ({"if_exists": "x"}, "if_exists"),
-        ({"delete_on_finish": "x"}, "delete_on_finish"),
-        ({"num_workers": 0}, "num_workers"),
-        ({"num_workers": True}, "num_workers"),
-        ({"num_workers": 1.5}, "num_workers"),
-        ({"gpus_per_replica": -1}, "gpus_per_replica"),
-        ({"log_replicas": "bogus"}, "log_replicas"),
-        ({"log_replicas": ["master-0", 3]}, "log_replicas"),
-        ({"poll_interval": 0}, "poll_interval"),
-        ({"startup_timeout": -5}, "startup_timeout"),
-        ({"kind": "SparkJob"}, "kind"),
+        (lambda: {"if_exists": "x"}, "if_exists"),
+        (lambda: {"cleanup_policy": CleanupPolicy(on_finish="x")}, "cleanup_policy.on_finish"),
+        (lambda: {"num_workers": 0}, "num_workers"),
+        (lambda: {"num_workers": True}, "num_workers"),
+        (lambda: {"num_workers": 1.5}, "num_workers"),
+        (lambda: {"gpus_per_replica": -1}, "gpus_per_replica"),
+        (lambda: {"log_replicas": "bogus"}, "log_replicas"),
+        (lambda: {"log_replicas": ["master-0", 3]}, "log_replicas"),
+        (lambda: {"wait_policy": WaitPolicy(poll_interval=0)}, "wait_policy.poll_interval"),
+        (lambda: {"wait_policy": WaitPolicy(startup_timeout=-5)}, "wait_policy.startup_timeout"),
+        (lambda: {"run_policy": RunPolicy(backoff_limit=-1)}, "run_policy.backoff_limit"),
+        (lambda: {"kind": "SparkJob"}, "kind"),
     ],
 )
-def test_invalid_parameters_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], parameter: str) -> None:
-    with pytest.raises(ValueError, match=rf"^{parameter}: "):
-        TrainingJobOperator(task_id="train", image="trainer:1", **kwargs)
+def test_invalid_parameters_fail_when_the_dag_is_parsed(kwargs: Callable[[], dict[str, Any]], parameter: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{re.escape(parameter)}: "):
+        TrainingJobOperator(task_id="train", image="trainer:1", **kwargs())
+
+
+def test_a_grouped_parameter_given_as_a_dict_is_refused_naming_its_type() -> None:
+    with pytest.raises(TypeError, match=r"^wait_policy: expected a WaitPolicy, got dict"):
+        TrainingJobOperator(task_id="train", image="trainer:1", wait_policy={"poll_interval": 1})  # type: ignore[arg-type]
 
 
 def test_dry_run_asks_the_api_server_and_creates_nothing() -> None:
     hook = FakeTrainingJobHook()
     ti = FakeTI()
 
-    result = make_operator(hook, dry_run=True).execute(make_context(ti))
+    result = make_operator(hook, server_dry_run=True).execute(make_context(ti))
 
     [(args, kwargs)] = hook.called("create_job")
     assert kwargs == {"dry_run": True}

@@ -14,8 +14,10 @@ import pytest
 from airflow.exceptions import TaskDeferred
 
 from airflow_provider_disttrain.exceptions import TrainingJobError
-from airflow_provider_disttrain.operators.training_job import STATE_STORE_KEY, TrainingJobOperator
+from airflow_provider_disttrain.identity import STATE_STORE_KEY
+from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.outcome import ERROR, JobRef, make_outcome
+from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.unit.fakes import (
     FakeStateStore,
     FakeTI,
@@ -36,7 +38,7 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> TrainingJobOperat
         "kind": "PyTorchJob",
         "image": "ghcr.io/acme/train:1.0",
         "num_workers": 1,
-        "poll_interval": 0.01,
+        "wait_policy": WaitPolicy(poll_interval=0.01),
     }
     arguments.update(kwargs)
     return with_hook(TrainingJobOperator(**arguments), hook)

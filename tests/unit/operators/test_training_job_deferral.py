@@ -18,7 +18,9 @@ from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import TaskDeferralTimeout, TaskDeferred
 
 from airflow_provider_disttrain.naming import task_instance_labels
-from airflow_provider_disttrain.operators.training_job import DEFERRAL_BACKSTOP, TrainingJobOperator
+from airflow_provider_disttrain.operators.base import DEFERRAL_BACKSTOP
+from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.parameters import CleanupPolicy
 from tests.unit.fakes import FakeTI, FakeTrainingJobHook, make_context, make_job, running_status, with_hook
 
 
@@ -99,6 +101,6 @@ def test_a_timed_out_deferral_keeps_the_job_with_delete_on_timeout_false() -> No
     hook.add_job(make_job("train-abc", uid="uid-1", status=running_status(), labels=labels_of(ti)))
     ti.xcoms.update(job_name="train-abc", job_namespace="default")
 
-    timed_out_deferral(make_operator(hook, delete_on_timeout=False), ti)
+    timed_out_deferral(make_operator(hook, cleanup_policy=CleanupPolicy(on_timeout=False)), ti)
 
     assert hook.called("delete_job") == []

@@ -15,7 +15,7 @@ from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.status import parse_time
+from airflow_provider_disttrain.parameters import CleanupPolicy, RunPolicy, WaitPolicy
 from tests.unit.fakes import (
     FakeTrainingJobHook,
     condition,
@@ -78,7 +78,12 @@ def pending_workload(hook: FakeTrainingJobHook) -> dict[str, Any]:
 
 
 def operator(hook: FakeTrainingJobHook, cls: type[TrainingJobOperator] = TrainingJobOperator, **kwargs: Any) -> Any:
-    arguments: dict[str, Any] = {"task_id": "train", "image": "trainer:1", "num_workers": 1, "poll_interval": 0.01}
+    arguments: dict[str, Any] = {
+        "task_id": "train",
+        "image": "trainer:1",
+        "num_workers": 1,
+        "wait_policy": WaitPolicy(poll_interval=0.01),
+    }
     arguments.update(kwargs)
     return with_hook(cls(**arguments), hook)
 
@@ -90,7 +95,7 @@ def operator(hook: FakeTrainingJobHook, cls: type[TrainingJobOperator] = Trainin
 def test_queue_sets_kueues_label_on_the_job_only(cls: type[TrainingJobOperator]) -> None:
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
 
-    operator(hook, cls, queue="default").execute(make_context())
+    operator(hook, cls, local_queue="default").execute(make_context())
 
     manifest = hook.submitted_manifest()
     assert manifest["metadata"]["labels"][QUEUE_NAME_LABEL] == "default"
@@ -102,7 +107,7 @@ def test_queue_sets_kueues_label_on_the_job_only(cls: type[TrainingJobOperator])
 def test_scheduling_queue_is_the_gang_schedulers_queue() -> None:
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
 
-    operator(hook, scheduling_queue="volcano-q").execute(make_context())
+    operator(hook, run_policy=RunPolicy(scheduling_queue="volcano-q")).execute(make_context())
 
     manifest = hook.submitted_manifest()
     assert manifest["spec"]["runPolicy"]["schedulingPolicy"] == {"queue": "volcano-q"}
@@ -112,8 +117,8 @@ def test_scheduling_queue_is_the_gang_schedulers_queue() -> None:
 @pytest.mark.parametrize("queue", ["Default", "gpu_queue", "a" * 64, ""])
 def test_an_invalid_queue_is_refused_when_the_dag_is_parsed(queue: str) -> None:
     with pytest.raises(InvalidJobSpecError) as raised:
-        TrainingJobOperator(task_id="train", image="trainer:1", queue=queue)
-    assert raised.value.field == "queue"
+        TrainingJobOperator(task_id="train", image="trainer:1", local_queue=queue)
+    assert raised.value.field == "local_queue"
 
 
 def test_an_invalid_queue_label_in_the_manifest_is_refused_before_anything_is_sent() -> None:
@@ -129,7 +134,9 @@ def test_an_invalid_queue_label_in_the_manifest_is_refused_before_anything_is_se
 
 def test_queue_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="queue_timeout"):
-        TrainingJobOperator(task_id="train", image="trainer:1", queue="default", queue_timeout=0)
+        TrainingJobOperator(
+            task_id="train", image="trainer:1", local_queue="default", wait_policy=WaitPolicy(queue_timeout=0)
+        )
 
 
 # -- waiting in sync mode ----------------------------------------------------------------------------------
@@ -139,7 +146,7 @@ def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
     # Held for 20 polls (0.2 s), four times the startup limit: the job still runs and succeeds.
     hook = FakeTrainingJobHook(progression=[held_status()] * 20 + [released_status(), succeeded_status()])
     add_workload_once_created(hook)
-    task = operator(hook, queue="default", startup_timeout=0.05)
+    task = operator(hook, local_queue="default", wait_policy=WaitPolicy(startup_timeout=0.05))
 
     with structlog.testing.capture_logs() as logs:
         result = task.execute(make_context())
@@ -156,7 +163,13 @@ def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
 def test_queue_timeout_fails_with_kueues_message_and_deletes_the_queued_job() -> None:
     hook = FakeTrainingJobHook(progression=[held_status()])
     add_workload_once_created(hook)
-    task = operator(hook, job_name="train-abc", queue="default", queue_timeout=0.05, delete_on_timeout=False)
+    task = operator(
+        hook,
+        job_name="train-abc",
+        local_queue="default",
+        wait_policy=WaitPolicy(queue_timeout=0.05),
+        cleanup_policy=CleanupPolicy(on_timeout=False),
+    )
 
     with pytest.raises(JobTimeoutError) as raised:
         task.execute(make_context())
@@ -180,18 +193,22 @@ def test_a_job_without_queue_never_reads_workloads() -> None:
 # -- deferring -------------------------------------------------------------------------------------------
 
 
-def test_the_trigger_gets_the_queue_deadline_counted_from_the_jobs_creation() -> None:
+def test_the_trigger_gets_the_queue_deadline_counted_from_the_submission() -> None:
     hook = FakeTrainingJobHook(progression=[held_status()])
-    task = operator(hook, queue="default", queue_timeout=timedelta(minutes=30), startup_timeout=600, deferrable=True)
+    task = operator(
+        hook,
+        local_queue="default",
+        deferrable=True,
+        wait_policy=WaitPolicy(queue_timeout=timedelta(minutes=30), startup_timeout=600),
+    )
+    task.wall_clock = lambda: 1_000_000.0  # the worker's clock when it submitted the job
 
     with pytest.raises(TaskDeferred) as deferred:
         task.execute(make_context())
 
-    created = parse_time(hook.only_job()["metadata"]["creationTimestamp"])
-    assert created is not None
     trigger = deferred.value.trigger
-    assert trigger.queue_deadline == created.timestamp() + 1800
-    assert trigger.startup_deadline == created.timestamp() + 600  # moved by the trigger once admitted
+    assert trigger.queue_deadline == 1_000_000.0 + 1800
+    assert trigger.startup_deadline == 1_000_000.0 + 600  # moved by the trigger once admitted
     assert trigger.serialize()[1]["queue_deadline"] == trigger.queue_deadline
 
 
@@ -200,7 +217,9 @@ def test_a_trainjob_gets_the_queue_label_too() -> None:
 
     hook = make_hook("complete")
     task = with_hook(
-        TrainJobOperator(task_id="train", runtime="torch-distributed", image="trainer:1", num_nodes=2, queue="q-1"),
+        TrainJobOperator(
+            task_id="train", runtime="torch-distributed", image="trainer:1", num_nodes=2, local_queue="q-1"
+        ),
         hook,
     )
 

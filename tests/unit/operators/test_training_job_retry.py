@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.identity import STATE_STORE_KEY
 from airflow_provider_disttrain.naming import task_instance_labels
-from airflow_provider_disttrain.operators.training_job import STATE_STORE_KEY, TrainingJobOperator
+from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.outcome import JobRef, check_job
+from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.status import job_result
 from tests.unit.fakes import (
     FakeStateStore,
@@ -34,8 +36,8 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> TrainingJobOperat
         "task_id": "train",
         "image": "trainer:1",
         "num_workers": 1,
-        "poll_interval": 0.01,
-        "startup_timeout": 2,  # a job that never gets a status (a wrong new submission) fails fast
+        # a job that never gets a status (a wrong new submission) fails fast
+        "wait_policy": WaitPolicy(poll_interval=0.01, startup_timeout=2),
     }
     arguments.update(kwargs)
     return with_hook(TrainingJobOperator(**arguments), hook)
@@ -96,7 +98,7 @@ def test_a_retry_applies_delete_on_finish_to_the_earlier_succeeded_job() -> None
     hook = FakeTrainingJobHook()
     job = hook.add_job(earlier_job(ti, succeeded_status()))
 
-    make_operator(hook, delete_on_finish="succeeded").execute(make_context(ti, saved(job)))
+    make_operator(hook, cleanup_policy=CleanupPolicy(on_finish="succeeded")).execute(make_context(ti, saved(job)))
 
     assert hook.job("train-old") is None
     assert hook.called("delete_job")[0][1]["uid"] == "uid-7"
@@ -144,7 +146,9 @@ def test_a_successful_try_leaves_its_result_and_its_success_in_the_store(delete_
     hook = FakeTrainingJobHook(progression=[running_status(), succeeded_status()])
     store = FakeStateStore()
 
-    result = make_operator(hook, delete_on_finish=delete_on_finish).execute(make_context(FakeTI(), store))
+    result = make_operator(hook, cleanup_policy=CleanupPolicy(on_finish=delete_on_finish)).execute(
+        make_context(FakeTI(), store)
+    )
 
     entry = store.get(STATE_STORE_KEY)
     assert entry["uid"] == result["uid"] == "uid-created-1"
@@ -166,7 +170,7 @@ def test_the_result_is_stored_before_delete_on_finish_removes_the_job() -> None:
 
     hook.delete_job = delete_and_die  # type: ignore[method-assign]
     with pytest.raises(SystemExit):
-        make_operator(hook, delete_on_finish="succeeded").execute(make_context(FakeTI(), store))
+        make_operator(hook, cleanup_policy=CleanupPolicy(on_finish="succeeded")).execute(make_context(FakeTI(), store))
 
     [entry] = entries_at_delete
     assert entry["result"]["state"] == "succeeded"

@@ -13,6 +13,7 @@ import pytest
 from airflow_provider_disttrain.exceptions import JobTimeoutError
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.unit.fakes import (
     END,
     START,
@@ -71,7 +72,12 @@ def test_a_job_suspended_after_it_ran_is_waited_for_past_the_startup_timeout(
         ]
     )
     operator = with_hook(
-        operator_class(task_id="train", image="trainer:1", num_workers=1, poll_interval=0.02, startup_timeout=0.01),
+        operator_class(
+            task_id="train",
+            image="trainer:1",
+            num_workers=1,
+            wait_policy=WaitPolicy(poll_interval=0.02, startup_timeout=0.01),
+        ),
         hook,
     )
 
@@ -86,7 +92,10 @@ def test_a_job_held_suspended_from_the_start_times_out_as_not_started() -> None:
     hook = FakeTrainingJobHook(progression=[created_suspended()])
     operator = with_hook(
         TrainingJobOperator(
-            task_id="train", image="trainer:1", num_workers=1, poll_interval=0.02, startup_timeout=0.05
+            task_id="train",
+            image="trainer:1",
+            num_workers=1,
+            wait_policy=WaitPolicy(poll_interval=0.02, startup_timeout=0.05),
         ),
         hook,
     )

@@ -1,0 +1,122 @@
+"""How a training operator's task ends, once the wait is over: the same in sync and deferrable mode.
+
+Given the wait's outcome: copy the logs the wait did not (all of them after a deferral, minus what
+the trigger streamed), read the leader's metrics into a success's result and save it for a retry,
+delete the job as the ``CleanupPolicy`` says, and otherwise fail the task with an explanation of
+what happened to the job (``hook.explain_outcome``: pods, container logs, events). A timeout is
+settled with a fresh look first: a job that finished meanwhile ends the task as it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_disttrain import outcome as outcomes
+from airflow_provider_disttrain.exceptions import JobFailedError, JobTimeoutError, TrainingJobError
+from airflow_provider_disttrain.identity import JobIdentity
+from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.kueue import held_by_kueue
+from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
+from airflow_provider_disttrain.logs import LogForwarder
+from airflow_provider_disttrain.metrics import leader_metrics
+from airflow_provider_disttrain.outcome import JobRef, settle_timeout
+from airflow_provider_disttrain.parameters import CleanupPolicy
+from airflow_provider_disttrain.status import job_state
+
+if TYPE_CHECKING:
+    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+
+@dataclass(frozen=True)
+class JobEnding:
+    """The end of one task's wait for the job ``ref``; ``last_try``: no retry of the task follows."""
+
+    hook: TrainingJobHook
+    ref: JobRef
+    kind: JobKind
+    cleanup: CleanupPolicy
+    log_replicas: str | Sequence[str]
+    stream_logs: bool
+    identity: JobIdentity
+    last_try: bool
+    log: logging.Logger | Any
+
+    def finish(self, outcome: dict[str, Any], *, logs_forwarded: bool) -> dict[str, Any]:
+        """The task's result for a success; for anything else the error to fail the task with."""
+        hook, ref = self.hook, self.ref
+        job = hook.get_job(ref.kind, ref.name, ref.namespace) if outcome["status"] != outcomes.SUCCESS else None
+        if (settled := settle_timeout(ref, outcome, job)) is not outcome:
+            self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled["message"])
+            outcome = settled
+        status = outcome["status"]
+        # A success lists the pods once more, for the leader's metrics and (deferred) its logs.
+        pods = self._final_pods() if status == outcomes.SUCCESS else None
+        if not logs_forwarded:
+            forwarder = LogForwarder(hook, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
+            if self.stream_logs:
+                self._resume_after_streamed_lines(forwarder)
+            forwarder.forward(pods)
+        identity, cleanup = self.identity, self.cleanup
+        if status == outcomes.SUCCESS:
+            result = self._with_metrics(outcome["job"], pods)
+            self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
+            # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
+            identity.remember(ref, result=result)
+            if cleanup.deletes_after(succeeded=True):
+                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+            identity.remember(ref, task_succeeded=True)
+            return result
+        message = hook.explain_outcome(ref, outcome["message"], job, logger=self.log)
+        if status == outcomes.FAILED:
+            if cleanup.deletes_after(succeeded=False):
+                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+            raise JobFailedError(message)
+        if status == outcomes.TIMEOUT:
+            if job is not None and held_by_kueue(job):
+                # Left in the queue, it would take quota later for a task that has failed.
+                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+                message += f"\n{ref.title} was deleted: it was still queued by Kueue."
+            elif cleanup.on_timeout:
+                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+                message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
+            raise JobTimeoutError(message)
+        if (
+            job is not None
+            and not job_state(job).is_terminal
+            and self.last_try
+            # Nothing will come back for this job: a later try would have reattached to it. The uid
+            # precondition fails (False) when the job under this name is someone else's now.
+            and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+        ):
+            message += f"\n{ref.title} was deleted: this was the task's last try."
+        raise TrainingJobError(message)
+
+    def _resume_after_streamed_lines(self, forwarder: LogForwarder) -> None:
+        """Copy only what the trigger did not stream: it left its position on the job (``live_logs``)."""
+        job = self.hook.get_job(self.ref.kind, self.ref.name, self.ref.namespace)
+        annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
+        if (position := decode_position(annotations.get(LOG_POSITION_ANNOTATION))) is not None:
+            forwarder.resume_from(*position)
+
+    def _final_pods(self) -> list[dict[str, Any]] | None:
+        ref = self.ref
+        try:
+            return self.hook.list_job_pods(ref.name, ref.namespace, kind=self.kind)
+        except Exception as error:  # metrics and logs are a courtesy: the job succeeded
+            self.log.warning("Could not list the pods of %s (no metrics in the result): %r", ref.title, error)
+            return None
+
+    def _with_metrics(self, result: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+        """The result with the leader's metrics (its termination message as a JSON object), when it wrote any."""
+        if pods is None:
+            return result
+        metrics, why = leader_metrics(self.kind, pods)
+        if metrics is None:
+            self.log.info("No training metrics in the result: %s", why)
+            return result
+        self.log.info("Training metrics from the leader: %s", json.dumps(metrics, sort_keys=True))
+        return {**result, "metrics": metrics}

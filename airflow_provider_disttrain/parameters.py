@@ -1,0 +1,229 @@
+"""The operators' grouped parameters as typed values, and the checks every parameter goes through.
+
+A DAG author writes the common case flat (``image``, ``command``, ``num_workers``,
+``gpus_per_replica``) and what belongs together as one value: ``run_policy=RunPolicy(...)``,
+``pod_options=PodOptions(...)``, ``wait_policy=WaitPolicy(...)``, ``cleanup_policy=CleanupPolicy(...)``.
+Each value checks itself when it is made, so a typo fails when the DAG file is parsed, with the
+field's full name (``wait_policy.startup_timeout``) in the error. The validators are public: the
+operators, the sensor and the decorators check their flat parameters with the same functions.
+
+Pure and light: nothing here imports Airflow or a Kubernetes client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError
+from airflow_provider_disttrain.manifest.pod_validation import validate_size_limit
+
+IF_EXISTS_CHOICES = ("reattach", "fail", "replace")
+DELETE_ON_FINISH_CHOICES = ("never", "succeeded", "always")
+NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
+
+
+# -- validators ------------------------------------------------------------------------------------
+
+
+def positive_seconds(value: timedelta | float | None, field: str) -> float | None:
+    """``value`` (seconds or a timedelta) as seconds; None stays None; refuses anything but a positive number."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        raise ValueError(f"{field}: expected a positive number of seconds or a timedelta, got {value!r}")
+    return float(seconds)
+
+
+def choice(value: str, choices: Sequence[str], field: str) -> str:
+    """``value`` if it is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{field}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def optional_choice(value: str | None, choices: Sequence[str], field: str) -> str | None:
+    return None if value is None else choice(value, choices, field)
+
+
+def integer_at_least(value: int | None, field: str, minimum: int = 1) -> int | None:
+    """``value`` if it is an integer (not a bool) of at least ``minimum``; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{field}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def nproc_per_node(value: int | str | None, field: str = "nproc_per_node") -> int | str | None:
+    """A PyTorchJob's ``spec.nprocPerNode``: a positive integer (or its digits), ``auto``, ``cpu`` or ``gpu``."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if value in NPROC_PER_NODE_WORDS or (isinstance(value, str) and value.isdigit() and int(value) > 0):
+        return value
+    raise ValueError(f"{field}: expected a positive integer, 'auto', 'cpu' or 'gpu', got {value!r}")
+
+
+def require_type(value: object, expected: type, field: str) -> None:
+    """Refuse a grouped parameter given as something else (a dict where a ``RunPolicy`` is expected)."""
+    if value is not None and not isinstance(value, expected):
+        raise TypeError(f"{field}: expected a {expected.__name__}, got {type(value).__name__} {value!r}")
+
+
+def check_ttl_leaves_time_to_wait(manifest: Mapping[str, Any], poll_interval: float, field: str) -> None:
+    """Refuse a ``ttlSecondsAfterFinished`` that a wait reading the job every ``poll_interval`` could miss.
+
+    The Kubeflow operator deletes a finished job that many seconds after it finished: read less often,
+    the job can vanish before the wait sees how it ended, and a success would read as a deletion.
+    Two poll intervals leave room for a slow read.
+    """
+    ttl = ((manifest.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+    if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl < 2 * poll_interval:
+        raise InvalidJobSpecError(
+            field,
+            f"{ttl}s lets the Kubeflow operator delete the finished job before a wait that reads it every "
+            f"poll_interval ({poll_interval:g}s) sees how it ended; use at least {2 * poll_interval:g}s, a "
+            "shorter wait_policy.poll_interval, or cleanup_policy.on_finish to delete the job once the task "
+            "has its result",
+        )
+
+
+# -- grouped values --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """``spec.runPolicy`` of a job with replica specs (the same names for the training-operator and the
+    mpi-operator). ``None`` leaves the manifest's (or the Kubeflow operator's) value.
+
+    :param clean_pod_policy: which pods to delete when the job finishes: ``All``, ``Running`` or ``None``.
+    :param ttl_seconds_after_finished: the Kubeflow operator deletes the finished job this many seconds later.
+    :param active_deadline_seconds: the Kubeflow operator fails the job after this many seconds.
+    :param backoff_limit: how many times the job's pods may fail before the job fails.
+    :param suspend: submit the job suspended.
+    :param scheduling_queue: ``schedulingPolicy.queue``, the gang scheduler's queue (Volcano,
+        scheduler-plugins); Kueue's queue is the operators' ``local_queue``.
+    :param priority_class: ``schedulingPolicy.priorityClass``.
+    :param min_available: ``schedulingPolicy.minAvailable``.
+    """
+
+    clean_pod_policy: str | None = None
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    suspend: bool | None = None
+    scheduling_queue: str | None = None
+    priority_class: str | None = None
+    min_available: int | None = None
+
+    def __post_init__(self) -> None:
+        integer_at_least(self.ttl_seconds_after_finished, "run_policy.ttl_seconds_after_finished", minimum=0)
+        integer_at_least(self.active_deadline_seconds, "run_policy.active_deadline_seconds")
+        integer_at_least(self.backoff_limit, "run_policy.backoff_limit", minimum=0)
+        integer_at_least(self.min_available, "run_policy.min_available")
+
+    def to_spec(self) -> dict[str, Any]:
+        scheduling = _drop_none(
+            {"queue": self.scheduling_queue, "priorityClass": self.priority_class, "minAvailable": self.min_available}
+        )
+        return _drop_none(
+            {
+                "cleanPodPolicy": self.clean_pod_policy,
+                "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
+                "activeDeadlineSeconds": self.active_deadline_seconds,
+                "backoffLimit": self.backoff_limit,
+                "suspend": self.suspend,
+                "schedulingPolicy": scheduling or None,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """What goes into every replica's pod template besides the container's image, command and resources.
+
+    :param node_selector: pod node selector.
+    :param tolerations: pod tolerations.
+    :param volumes: pod volumes (merged by name with the manifest's).
+    :param volume_mounts: the main container's volume mounts (merged by name).
+    :param service_account_name: the pods' service account.
+    :param image_pull_secrets: names of image pull secrets.
+    :param shm_size: size of a memory-backed ``/dev/shm`` (e.g. ``"8Gi"``), which PyTorch data loaders need.
+    """
+
+    node_selector: Mapping[str, str] | None = None
+    tolerations: Sequence[Mapping[str, Any]] | None = None
+    volumes: Sequence[Mapping[str, Any]] | None = None
+    volume_mounts: Sequence[Mapping[str, Any]] | None = None
+    service_account_name: str | None = None
+    image_pull_secrets: Sequence[str] | None = None
+    shm_size: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.shm_size is not None:
+            validate_size_limit(self.shm_size, "pod_options.shm_size")
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How long the task waits for its job, and how often it looks.
+
+    :param poll_interval: seconds between status reads (sync mode, and the trigger's fallback polling).
+    :param startup_timeout: how long the job may take to first run (queued, pods Pending, or held
+        suspended) before the task fails; a job suspended after it ran is waited for, within the
+        task's ``execution_timeout``. For a job Kueue holds, the clock starts when Kueue admits it.
+    :param queue_timeout: how long a job in a Kueue ``local_queue`` may wait for its first admission
+        (default: no limit); past it the task fails with Kueue's reason and the job is deleted.
+    """
+
+    poll_interval: timedelta | float = 10.0
+    startup_timeout: timedelta | float | None = timedelta(hours=1)
+    queue_timeout: timedelta | float | None = None
+
+    def __post_init__(self) -> None:
+        positive_seconds(self.poll_interval, "wait_policy.poll_interval")
+        positive_seconds(self.startup_timeout, "wait_policy.startup_timeout")
+        positive_seconds(self.queue_timeout, "wait_policy.queue_timeout")
+
+    @property
+    def poll_seconds(self) -> float:
+        return positive_seconds(self.poll_interval, "wait_policy.poll_interval") or 10.0
+
+    @property
+    def startup_seconds(self) -> float | None:
+        return positive_seconds(self.startup_timeout, "wait_policy.startup_timeout")
+
+    @property
+    def queue_seconds(self) -> float | None:
+        return positive_seconds(self.queue_timeout, "wait_policy.queue_timeout")
+
+
+@dataclass(frozen=True)
+class CleanupPolicy:
+    """When the task deletes its job.
+
+    :param on_finish: ``never`` (default), ``succeeded`` or ``always``: delete the job once it finished.
+    :param on_timeout: delete the job when a timeout fails the task (a job Kueue still queues is
+        deleted whatever this says: left in the queue it would take quota for a failed task).
+    :param on_kill: delete the job when the task is killed (marked failed, cleared).
+    """
+
+    on_finish: str = "never"
+    on_timeout: bool = True
+    on_kill: bool = True
+
+    def __post_init__(self) -> None:
+        choice(self.on_finish, DELETE_ON_FINISH_CHOICES, "cleanup_policy.on_finish")
+
+    def deletes_after(self, succeeded: bool) -> bool:
+        """Whether a job that finished (``succeeded`` or failed) is deleted once the task has its result."""
+        return self.on_finish == "always" or (succeeded and self.on_finish == "succeeded")
+
+
+def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in mapping.items() if value is not None}
