@@ -13,16 +13,13 @@ both are ``outcome.check_job``/``outcome.seconds_to_deadline`` with these deadli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_disttrain.outcome import JobRef, check_job, seconds_to_deadline
 from airflow_provider_disttrain.status import JobState, parse_time
-
-WallClock = Callable[[], float]
-"""Epoch seconds now, e.g. ``time.time`` (a test passes its own)."""
 
 
 @dataclass(frozen=True)
@@ -103,10 +100,6 @@ class Deadlines:
             queue_deadline=self.queue,
             execution_deadline=self.execution,
         )
-
-    def trigger_kwargs(self) -> dict[str, float | None]:
-        """The trigger's ``startup_deadline``, ``queue_deadline`` and ``execution_deadline`` kwargs."""
-        return {"startup_deadline": self.startup, "queue_deadline": self.queue, "execution_deadline": self.execution}
 
     def deferral_timeout(self, *, now: float, backstop: timedelta) -> timedelta | None:
         """The scheduler's deferral timeout: ``backstop`` after the execution deadline (None without one)."""

@@ -14,14 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.connection import ClusterConnectionMixin
-from airflow_provider_disttrain.deadlines import Deadlines, WallClock
+from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, queue_name, validate_queue_name
@@ -125,9 +125,6 @@ class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     operator_extra_links = (TrainingJobLink(),)
     ui_color = "#e8f0fe"
     kind: str
-    # Injected by tests; the worker's wall clock and sleep otherwise (deadlines.py: one clock).
-    wall_clock: ClassVar[WallClock] = staticmethod(time.time)  # type: ignore[assignment]
-    sleep: ClassVar[Any] = staticmethod(time.sleep)
 
     def __init__(
         self,
@@ -211,6 +208,14 @@ class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     @property
     def job_kind(self) -> JobKind:
         return get_job_kind(self.kind)
+
+    # The one clock every deadline of this task is counted on (``deadlines``); a test replaces both.
+
+    def wall_clock(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
     # -- the steps each kind's operator does its own way ----------------------------------------------
 
@@ -392,7 +397,9 @@ class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 name=self._job_ref.name,
                 namespace=self._job_ref.namespace,
                 uid=self._job_ref.uid,
-                **deadlines.trigger_kwargs(),
+                startup_deadline=deadlines.startup,
+                queue_deadline=deadlines.queue,
+                execution_deadline=deadlines.execution,
                 poll_interval=self.wait_policy.poll_seconds,
                 delete_on_kill=self.cleanup_policy.on_kill,
                 stream_logs=self.stream_logs,

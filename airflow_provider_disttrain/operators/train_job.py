@@ -86,7 +86,7 @@ class TrainJobOperator(BaseTrainingJobOperator):
             validate_resources(resources_per_node, "resources_per_node")
         super().__init__(**kwargs)
         self.runtime = runtime
-        self.runtime_kind = optional_choice(runtime_kind, TRAINING_RUNTIME_KINDS, "runtime_kind")
+        self.runtime_kind = optional_choice(runtime_kind, tuple(TRAINING_RUNTIME_KINDS), "runtime_kind")
         self.num_nodes = integer_at_least(num_nodes, "num_nodes")
         self.gpus_per_node = integer_at_least(gpus_per_node, "gpus_per_node", minimum=0)
         self.active_deadline_seconds = integer_at_least(active_deadline_seconds, "active_deadline_seconds")

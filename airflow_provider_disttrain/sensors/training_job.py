@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_disttrain import outcome as outcomes
-from airflow_provider_disttrain.deadlines import Deadlines, WallClock
+from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.outcome import JobRef
@@ -31,7 +31,6 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
     """
 
     ui_color = "#e6f4ea"
-    wall_clock: ClassVar[WallClock] = staticmethod(time.time)  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -42,6 +41,10 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         super().__init__(**kwargs)
         self.deferrable = deferrable
         self._kueue_reporter: KueueWaitReporter | None = None
+
+    def wall_clock(self) -> float:
+        """Epoch seconds on the worker's clock (a test replaces it)."""
+        return time.time()
 
     def _ref(self) -> JobRef:
         return self.job_ref()
@@ -80,7 +83,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
                 kind=ref.kind,
                 name=ref.name,
                 namespace=ref.namespace,
-                **Deadlines.within(self.timeout, now=now).trigger_kwargs(),
+                execution_deadline=Deadlines.within(self.timeout, now=now).execution,
                 poll_interval=float(self.poke_interval),
                 delete_on_kill=False,  # The sensor watches a job it does not own.
                 connection=self.hook.trigger_connection(),

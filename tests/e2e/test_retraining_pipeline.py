@@ -69,7 +69,7 @@ def test_retraining_pipeline_runs_to_success_through_the_triggerer(
     result = airflow.xcom(DAG_ID, run_id, "train")
     assert (result["name"], result["state"]) == (job_name, "succeeded")
     assert result["metrics"] == METRICS  # the evaluate step promoted on them
-    # The example deletes its job once it succeeded (delete_on_finish="succeeded").
+    # The example deletes its job once it succeeded (CleanupPolicy(on_finish="succeeded")).
     wait_until(lambda: not cluster.jobs(DAG_ID, run_id), 30, f"{job_name} to be deleted after success")
 
     # The task's log (through the API) holds what the triggerer wrote while it ran the trigger, in a

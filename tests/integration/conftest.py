@@ -7,6 +7,7 @@ trigger under test talks to the API server as that service account, so a missing
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -18,6 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from airflow_provider_disttrain.parameters import WaitPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 DEVCLUSTER_DIR = Path(os.environ.get("DEVCLUSTER_DIR", REPO / ".devcluster"))
@@ -273,6 +276,7 @@ import datetime
 
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 
 @dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -285,11 +289,25 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "image": "busybox:1.36",
     "command": ["python", "train.py"],
     "num_workers": 1,
-    "poll_interval": 1,
+    "wait_policy": WaitPolicy(poll_interval=1),
 }
+
+
+def with_defaults(defaults: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` over ``defaults``; a ``WaitPolicy`` given without its own poll interval keeps the
+    defaults' (the tests poll every second, not every 10 s)."""
+    merged = {**defaults, **arguments}
+    policy, fast = merged.get("wait_policy"), defaults.get("wait_policy")
+    if (
+        isinstance(policy, WaitPolicy)
+        and isinstance(fast, WaitPolicy)
+        and policy.poll_interval == WaitPolicy.poll_interval
+    ):
+        merged["wait_policy"] = dataclasses.replace(policy, poll_interval=fast.poll_interval)
+    return merged
 
 
 def training_dag(dag_id: str, **operator_args: Any) -> str:
     """Source of a one-task DAG training a small PyTorchJob; ``operator_args`` override the defaults."""
-    arguments = ", ".join(f"{key}={value!r}" for key, value in {**TRAINING_DEFAULTS, **operator_args}.items())
+    arguments = ", ".join(f"{key}={value!r}" for key, value in with_defaults(TRAINING_DEFAULTS, operator_args).items())
     return TRAINING_DAG.format(dag_id=dag_id, arguments=arguments)

@@ -83,6 +83,7 @@ def test_the_example_dag_runs_each_function_in_its_job_and_hands_rank_0s_value_o
 FAILING_DAG = """
 import pendulum
 from airflow.sdk import dag, task
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 
 
 @dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -92,7 +93,8 @@ def pipeline():
         return 3
 
     @task.pytorch_job(
-        image="trainer:1", num_workers=1, restart_policy="Never", deferrable=True, poll_interval=1,
+        image="trainer:1", num_workers=1, restart_policy="Never", deferrable=True,
+        wait_policy=WaitPolicy(poll_interval=1),
         job_name={job_name!r}, annotations={{"disttrain.test/execute": "true"}},
     )
     def train(count):

@@ -10,7 +10,7 @@ from tests.integration.conftest import training_dag, unique_dag_id
 
 
 def _dag(dag_id: str, job_name: str, deferrable: bool, annotations: dict[str, str], **extra: object) -> str:
-    arguments = {"startup_timeout": 120, "log_replicas": "all", **extra}
+    arguments = {"wait_policy": WaitPolicy(poll_interval=1, startup_timeout=120), "log_replicas": "all", **extra}
     return training_dag(
         dag_id, job_name=job_name, restart_policy="Never", annotations=annotations, deferrable=deferrable, **arguments
     )
@@ -61,6 +61,6 @@ def test_unschedulable_job_times_out_with_the_schedulers_message_and_is_deleted(
         "Unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient nvidia.com/gpu"
         in output
     )
-    assert "was deleted (delete_on_timeout=True)" in output
+    assert "was deleted (cleanup_policy.on_timeout=True)" in output
     jobs.wait_for(lambda: jobs.get("pytorchjobs", namespace, job_name) is None, timeout=30, what="job deletion")
     jobs.wait_for(lambda: not jobs.pods(namespace, job_name), timeout=60, what="pod garbage collection")

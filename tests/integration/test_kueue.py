@@ -1,4 +1,5 @@
-"""Kueue v0.17 on the local cluster: jobs submitted with ``queue=`` wait for quota, say why, and run when it frees.
+"""Kueue v0.17 on the local cluster: jobs submitted with ``local_queue=`` wait for quota, say why, and run
+when it frees.
 
 The ClusterQueue holds 16 nvidia.com/gpu; each namespace has the LocalQueue ``LOCAL_QUEUE`` (conftest).
 Three jobs of 8 GPUs are submitted at once by three real ``dag.test()`` runs, each in its own process
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import LOCAL_QUEUE, REPO, training_dag, unique_dag_id
 
 RUN_SECONDS = 25
@@ -41,7 +43,8 @@ from airflow_provider_disttrain.parameters import WaitPolicy
 def pipeline():
 """
 COMMON = (
-    f"queue={LOCAL_QUEUE!r}, deferrable=True, poll_interval=1, startup_timeout={STARTUP_TIMEOUT}, "
+    f"local_queue={LOCAL_QUEUE!r}, deferrable=True, "
+    f"wait_policy=WaitPolicy(poll_interval=1, startup_timeout={STARTUP_TIMEOUT}), "
     f"annotations={{'disttrain.test/run-seconds': '{RUN_SECONDS}'}}"
 )
 # Eight GPUs each: a PyTorchJob's Master and Worker with 4, an MPIJob's two Workers with 4 (no launcher

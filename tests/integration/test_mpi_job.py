@@ -10,6 +10,7 @@ from tests.integration.conftest import unique_dag_id
 MPI_DAG = """
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -22,8 +23,7 @@ def pipeline():
         slots_per_worker=2,
         gpus_per_replica=2,
         deferrable={deferrable},
-        poll_interval=1,
-        startup_timeout=120,
+        wait_policy=WaitPolicy(poll_interval=1, startup_timeout=120),
     )
 
 pipeline()

@@ -7,6 +7,7 @@ from tests.integration.conftest import unique_dag_id
 XGBOOST_DAG = """
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -18,7 +19,7 @@ def pipeline():
         args=["--job_type=Train", "--model_path=/tmp/model"],
         num_workers=2,
         deferrable=True,
-        startup_timeout=120,
+        wait_policy=WaitPolicy(startup_timeout=120),
     )
 
 pipeline()

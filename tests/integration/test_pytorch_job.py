@@ -14,6 +14,7 @@ MANIFEST = Path(__file__).resolve().parents[1] / "fixtures" / "manifests" / "pyt
 TRAIN_AND_CHECK = """
 import pendulum
 from airflow.sdk import dag, task
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -36,7 +37,7 @@ def test_pytorchjob_from_builder_parameters_succeeds(namespace, run_dag, jobs, d
     dag_id = unique_dag_id("pt_builder")
     args = (
         f"image='busybox:1.36', command=['python', 'train.py'], num_workers=2, gpus_per_replica=1, "
-        f"deferrable={deferrable}, poll_interval=1, startup_timeout=120"
+        f"deferrable={deferrable}, wait_policy=WaitPolicy(poll_interval=1, startup_timeout=120)"
     )
     result = run_dag(dag_id, TRAIN_AND_CHECK.format(dag_id=dag_id, operator_args=args))
 
@@ -66,7 +67,10 @@ def test_pytorchjob_from_manifest_file_succeeds(namespace, run_dag, jobs, airflo
         MANIFEST.read_text().replace("namespace: kubeflow", f"namespace: {namespace}")
     )
     dag_id = unique_dag_id("pt_manifest")
-    args = f"job_manifest='pt_manifest.yaml', namespace={namespace!r}, deferrable=True, startup_timeout=120"
+    args = (
+        f"job_manifest='pt_manifest.yaml', namespace={namespace!r}, deferrable=True, "
+        "wait_policy=WaitPolicy(startup_timeout=120)"
+    )
     result = run_dag(dag_id, TRAIN_AND_CHECK.format(dag_id=dag_id, operator_args=args))
 
     assert result.state == "success", result.task_states
@@ -83,12 +87,13 @@ def test_pytorchjob_from_manifest_file_succeeds(namespace, run_dag, jobs, airflo
 DRY_RUN_DAG = """
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
 def pipeline():
     MPIJobOperator(task_id="check", image="mpioperator/mpi-pi:openmpi", command=["mpirun", "/home/mpiuser/pi"],
-                   num_workers=2, dry_run=True)
+                   num_workers=2, server_dry_run=True)
 
 pipeline()
 """

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 
 
@@ -23,10 +24,10 @@ class WorkerDiesAfterSubmitting(PyTorchJobOperator):
             context.pop("task_state_store", None)  # an Airflow without the store: labels must do
         return super().execute(context)
 
-    def _wait(self, hook, ref, startup_deadline):
+    def _wait(self, hook, ref, deadlines):
         if self._try_number == 1:
             raise RuntimeError("worker lost while waiting for " + ref.name)
-        return super()._wait(hook, ref, startup_deadline)
+        return super()._wait(hook, ref, deadlines)
 
     def build_job_manifest(self, context, default_namespace):
         self._try_number = context["ti"].try_number
@@ -41,7 +42,7 @@ def pipeline():
         command=["python", "train.py"],
         num_workers=1,
         annotations={{"disttrain.test/run-seconds": "20"}},
-        poll_interval=1,
+        wait_policy=WaitPolicy(poll_interval=1),
         retries=1,
         retry_delay=timedelta(seconds=0),
     )
@@ -70,6 +71,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 
 
@@ -80,22 +82,36 @@ class WorkerDiesAfterTheJobSucceeded(PyTorchJobOperator):
         self._try_number = context["ti"].try_number
         return super().build_job_manifest(context, default_namespace)
 
-    def _wait(self, hook, ref, startup_deadline):
-        outcome = super()._wait(hook, ref, startup_deadline)
+    def _wait(self, hook, ref, deadlines):
+        outcome = super()._wait(hook, ref, deadlines)
         if {when!r} == "before the ending" and self._try_number == 1:
             raise RuntimeError("worker lost after " + ref.name + " succeeded")
         return outcome
 
-    def _submit_or_reattach(self, hook, manifest, context):
-        job, reattached = super()._submit_or_reattach(hook, manifest, context)
+    def identity(self, context):
+        return LoggedIdentity(
+            self.hook, self.kind, instance_key_of(context["ti"]), context.get("task_state_store"), self.log,
+            try_number=context["ti"].try_number,
+        )
+
+
+class LoggedIdentity(JobIdentity):
+    """Logs which job each try claims; "dies" after deleting the succeeded job, if told to."""
+
+    def __init__(self, *args, try_number, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.try_number = try_number
+
+    def claim(self, manifest, **kwargs):
+        job, reattached = super().claim(manifest, **kwargs)
         with open({created_log!r}, "a") as log:
-            log.write(f"{{context['ti'].try_number}} {{job['metadata']['uid']}} {{reattached}}\\n")
+            log.write(f"{{self.try_number}} {{job['metadata']['uid']}} {{reattached}}\\n")
         return job, reattached
 
-    def _remember(self, context, **fields):
-        if {when!r} == "after delete_on_finish" and "task_succeeded" in fields and context["ti"].try_number == 1:
+    def remember(self, ref, **fields):
+        if {when!r} == "after the cleanup" and "task_succeeded" in fields and self.try_number == 1:
             raise RuntimeError("worker lost after deleting the succeeded job")
-        return super()._remember(context, **fields)
+        return super().remember(ref, **fields)
 
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -105,8 +121,8 @@ def pipeline():
         image="busybox:1.36",
         command=["python", "train.py"],
         num_workers=1,
-        poll_interval=1,
-        delete_on_finish={delete_on_finish!r},
+        wait_policy=WaitPolicy(poll_interval=1),
+        cleanup_policy=CleanupPolicy(on_finish={delete_on_finish!r}),
         retries=1,
         retry_delay=timedelta(seconds=0),
     )
@@ -117,7 +133,7 @@ pipeline()
 
 @pytest.mark.parametrize(
     ("when", "delete_on_finish"),
-    [("before the ending", "never"), ("after delete_on_finish", "succeeded")],
+    [("before the ending", "never"), ("after the cleanup", "succeeded")],
     ids=["job-kept", "job-deleted"],
 )
 def test_a_retry_after_the_job_succeeded_returns_its_result_without_training_again(

@@ -11,11 +11,13 @@ from tests.integration.conftest import unique_dag_id
 DAG = """
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 
 @dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
 def pipeline():
-    TrainingJobOperator(task_id="train", kind={kind!r}, job_manifest={manifest!r}, poll_interval=1, startup_timeout=120)
+    TrainingJobOperator(task_id="train", kind={kind!r}, job_manifest={manifest!r},
+                        wait_policy=WaitPolicy(poll_interval=1, startup_timeout=120))
 
 pipeline()
 """

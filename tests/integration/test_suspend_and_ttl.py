@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.parameters import RunPolicy, WaitPolicy
+from airflow_provider_disttrain.parameters import CleanupPolicy, RunPolicy, WaitPolicy
 from tests.integration.conftest import training_dag, unique_dag_id
 
 
@@ -77,14 +77,14 @@ def test_a_ttl_the_wait_could_miss_is_refused_before_a_job_is_created(namespace,
     dag_id = unique_dag_id("short_ttl")
 
     # Were it submitted, this job would stay Pending (9 GPUs fit no node) and be kept: nothing may be there.
-    arguments = {"gpus_per_replica": 9, "startup_timeout": 5, "delete_on_timeout": False}
+    arguments = {"gpus_per_replica": 9, "cleanup_policy": CleanupPolicy(on_timeout=False)}
     result = run_dag(
         dag_id,
         training_dag(
             dag_id,
             **arguments,
             run_policy=RunPolicy(ttl_seconds_after_finished=1),
-            wait_policy=WaitPolicy(poll_interval=5),
+            wait_policy=WaitPolicy(poll_interval=5, startup_timeout=5),
         ),
     )
 

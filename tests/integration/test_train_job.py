@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import unique_dag_id
+from airflow_provider_disttrain.parameters import WaitPolicy
+from tests.integration.conftest import unique_dag_id, with_defaults
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -25,6 +26,7 @@ import datetime
 
 import pendulum
 from airflow.sdk import dag, task
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -43,8 +45,8 @@ pipeline()
 
 
 def train_dag(dag_id: str, **arguments: Any) -> str:
-    defaults = {"runtime": "torch-distributed", "poll_interval": 1, "startup_timeout": 120}
-    rendered = ", ".join(f"{key}={value!r}" for key, value in {**defaults, **arguments}.items())
+    defaults = {"runtime": "torch-distributed", "wait_policy": WaitPolicy(poll_interval=1, startup_timeout=120)}
+    rendered = ", ".join(f"{key}={value!r}" for key, value in with_defaults(defaults, arguments).items())
     return TRAIN_DAG.format(dag_id=dag_id, operator_args=rendered)
 
 
@@ -230,13 +232,14 @@ def test_an_unschedulable_trainjob_times_out_with_the_scheduler_s_message_and_is
         "Unschedulable: 0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient nvidia.com/gpu"
         in output
     )
-    assert "was deleted (delete_on_timeout=True)" in output
+    assert "was deleted (cleanup_policy.on_timeout=True)" in output
     trainjobs.wait_for(lambda: trainjobs.get(namespace, name) is None, timeout=30, what="TrainJob deletion")
 
 
 SUSPEND_RESUME_DAG = """
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.manage import ResumeTrainingJobOperator, SuspendTrainingJobOperator
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
@@ -325,6 +328,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag
+from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.parameters import WaitPolicy
 
@@ -349,7 +353,7 @@ def pipeline():
         runtime="torch-distributed",
         num_nodes=2,
         annotations={{"disttrain.test/run-seconds": "15"}},
-        poll_interval=1,
+        wait_policy=WaitPolicy(poll_interval=1),
         retries=1,
         retry_delay=timedelta(seconds=0),
     )

@@ -17,14 +17,15 @@ import pendulum
 from airflow.sdk import dag, task
 
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 
 RUN_SECONDS = "disttrain.test/run-seconds"
 COMMON = {
     "image": "busybox:1.36",
     "command": ["python", "train.py"],
     "num_workers": 1,
-    "poll_interval": 2,
-    "delete_on_finish": "never",
+    "wait_policy": WaitPolicy(poll_interval=2),
+    "cleanup_policy": CleanupPolicy(on_finish="never"),
 }
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 HELD = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "spec": {"runPolicy": {"suspend": True}}}

@@ -12,12 +12,12 @@ from airflow_provider_disttrain.manifest.builder import (
     GPU_RESOURCE,
     SHM_VOLUME,
     JobParameters,
-    RunPolicy,
     build_manifest,
     deep_merge,
     set_identity,
 )
 from airflow_provider_disttrain.manifest.validation import validate_manifest
+from airflow_provider_disttrain.parameters import RunPolicy
 
 PYTORCH = JOB_KINDS["PyTorchJob"]
 MPI = JOB_KINDS["MPIJob"]
