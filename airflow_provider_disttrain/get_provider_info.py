@@ -24,6 +24,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Kubeflow Training",
                 "python-modules": [
+                    "airflow_provider_disttrain.operators.base",
                     "airflow_provider_disttrain.operators.training_job",
                     "airflow_provider_disttrain.operators.pytorch_job",
                     "airflow_provider_disttrain.operators.mpi_job",
