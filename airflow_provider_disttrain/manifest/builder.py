@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.manifest.pod_validation import env_entries, validate_job_parameters
-from airflow_provider_disttrain.parameters import RunPolicy
+from airflow_provider_disttrain.parameters import PodOptions, RunPolicy
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_VOLUME = "dshm"
@@ -37,13 +37,7 @@ class JobParameters:
     run_policy: RunPolicy = field(default_factory=RunPolicy)
     labels: Mapping[str, str] | None = None
     annotations: Mapping[str, str] | None = None
-    node_selector: Mapping[str, str] | None = None
-    tolerations: Sequence[Mapping[str, Any]] | None = None
-    volumes: Sequence[Mapping[str, Any]] | None = None
-    volume_mounts: Sequence[Mapping[str, Any]] | None = None
-    service_account_name: str | None = None
-    image_pull_secrets: Sequence[str] | None = None
-    shm_size: str | None = None
+    pod_options: PodOptions = field(default_factory=PodOptions)
     spec_fields: Mapping[str, Any] | None = None
     """Kind-specific ``spec`` fields (elasticPolicy, slotsPerWorker, ...), deep-merged into the spec."""
     with_leader: bool = True
@@ -168,23 +162,24 @@ def _apply_to_replica(kind: JobKind, replica_type: str, replica: dict[str, Any],
     if kind.port_name and kind.default_port and not container.get("ports"):
         container["ports"] = [{"name": kind.port_name, "containerPort": kind.default_port}]
 
-    volumes = list(params.volumes or [])
-    mounts = list(params.volume_mounts or [])
-    if params.shm_size is not None:
-        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": params.shm_size}})
+    pod = params.pod_options
+    volumes = list(pod.volumes or [])
+    mounts = list(pod.volume_mounts or [])
+    if pod.shm_size is not None:
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": pod.shm_size}})
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     if volumes:
         pod_spec["volumes"] = _merge_by_name(pod_spec.get("volumes", []), volumes)
     if mounts:
         container["volumeMounts"] = _merge_by_name(container.get("volumeMounts", []), mounts)
-    if params.node_selector is not None:
-        pod_spec["nodeSelector"] = {**pod_spec.get("nodeSelector", {}), **params.node_selector}
-    if params.tolerations is not None:
-        pod_spec["tolerations"] = [dict(t) for t in params.tolerations]
-    if params.service_account_name is not None:
-        pod_spec["serviceAccountName"] = params.service_account_name
-    if params.image_pull_secrets is not None:
-        pod_spec["imagePullSecrets"] = [{"name": name} for name in params.image_pull_secrets]
+    if pod.node_selector is not None:
+        pod_spec["nodeSelector"] = {**pod_spec.get("nodeSelector", {}), **pod.node_selector}
+    if pod.tolerations is not None:
+        pod_spec["tolerations"] = [dict(t) for t in pod.tolerations]
+    if pod.service_account_name is not None:
+        pod_spec["serviceAccountName"] = pod.service_account_name
+    if pod.image_pull_secrets is not None:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in pod.image_pull_secrets]
 
 
 def build_manifest(

@@ -231,9 +231,11 @@ def validate_job_parameters(params: JobParameters) -> None:
 
     Run by ``build_manifest`` before it applies them; ``validate_pod_spec`` then checks the result.
     """
-    for name in ("command", "args", "image_pull_secrets"):
+    for name in ("command", "args"):
         validate_string_list(getattr(params, name), name)
-    validate_tolerations(params.tolerations, "tolerations")
+    pod = params.pod_options
+    validate_string_list(pod.image_pull_secrets, "pod_options.image_pull_secrets")
+    validate_tolerations(pod.tolerations, "pod_options.tolerations")
     validate_labels(params.labels, "labels")
-    validate_labels(params.node_selector, "node_selector")
+    validate_labels(pod.node_selector, "pod_options.node_selector")
     validate_annotations(params.annotations, "annotations")

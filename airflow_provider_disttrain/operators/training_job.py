@@ -8,7 +8,6 @@ restart policy, ``spec.runPolicy`` and the pod template of every replica. ``PyTo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any, ClassVar
 
 from airflow_provider_disttrain.kinds import get_job_kind
@@ -96,7 +95,7 @@ class TrainingJobOperator(BaseTrainingJobOperator):
             run_policy=self.run_policy,
             spec_fields=self.kind_spec_fields() or None,
             with_leader=self.builds_leader(),
-            **asdict(self.pod_options),
+            pod_options=self.pod_options,
         )
 
     def assemble_manifest(self) -> dict[str, Any]:

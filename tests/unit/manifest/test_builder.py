@@ -17,7 +17,7 @@ from airflow_provider_disttrain.manifest.builder import (
     set_identity,
 )
 from airflow_provider_disttrain.manifest.validation import validate_manifest
-from airflow_provider_disttrain.parameters import RunPolicy
+from airflow_provider_disttrain.parameters import PodOptions, RunPolicy
 
 PYTORCH = JOB_KINDS["PyTorchJob"]
 MPI = JOB_KINDS["MPIJob"]
@@ -395,7 +395,9 @@ def test_gpus_per_replica_combine_with_resources_for_all():
 
 
 def test_shm_size_mounts_a_memory_backed_dev_shm(load_yaml):
-    built = build_manifest(PYTORCH, load_yaml("manifests/pytorchjob.yaml"), JobParameters(shm_size="8Gi"))
+    built = build_manifest(
+        PYTORCH, load_yaml("manifests/pytorchjob.yaml"), JobParameters(pod_options=PodOptions(shm_size="8Gi"))
+    )
 
     for replica in ("Master", "Worker"):
         assert pod_spec(PYTORCH, built, replica)["volumes"] == [
@@ -417,7 +419,11 @@ def test_volumes_and_mounts_merge_by_name_with_shm():
     built = build_manifest(
         PYTORCH,
         manifest,
-        JobParameters(volumes=[data], volume_mounts=[{"name": "data", "mountPath": "/data"}], shm_size="1Gi"),
+        JobParameters(
+            pod_options=PodOptions(
+                volumes=[data], volume_mounts=[{"name": "data", "mountPath": "/data"}], shm_size="1Gi"
+            )
+        ),
     )
 
     assert pod_spec(PYTORCH, built, "Worker")["volumes"] == [
@@ -446,10 +452,12 @@ def test_scheduling_parameters_land_in_every_pod_spec(load_yaml):
         PYTORCH,
         manifest,
         JobParameters(
-            node_selector={"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
-            tolerations=[gpu_toleration],
-            image_pull_secrets=["ghcr-pull", "ecr-pull"],
-            service_account_name="trainer",
+            pod_options=PodOptions(
+                node_selector={"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+                tolerations=[gpu_toleration],
+                image_pull_secrets=["ghcr-pull", "ecr-pull"],
+                service_account_name="trainer",
+            )
         ),
     )
 
@@ -580,9 +588,9 @@ def test_the_base_manifest_and_parameters_are_not_modified(load_yaml):
             gpus_per_replica=1,
             restart_policy="OnFailure",
             labels={"team": "hpc"},
-            shm_size="2Gi",
             run_policy=RunPolicy(clean_pod_policy="All"),
             spec_fields=spec_fields,
+            pod_options=PodOptions(shm_size="2Gi"),
         ),
     )
 
