@@ -77,8 +77,10 @@ def progressing(*statuses: dict[str, Any], **kwargs: Any) -> FakeTrainingJobHook
     return FakeTrainingJobHook(progression=statuses, **kwargs)
 
 
-def our_labels(ti: FakeTI, try_number: int = 1) -> dict[str, str]:
-    return task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, try_number)
+def our_labels(ti: FakeTI, try_number: int = 1, **changes: Any) -> dict[str, str]:
+    """The labels ``ti``'s task instance puts on its job, with ``changes`` (another run, map index...)."""
+    identity = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index, **changes}
+    return task_instance_labels(try_number=try_number, **identity)
 
 
 def add_failing_pods(hook: FakeTrainingJobHook, name: str) -> None:
@@ -549,6 +551,46 @@ def test_execute_complete_of_a_job_that_vanished() -> None:
         make_operator(hook, job_name="train-abc").execute_complete(make_context(), event, job_uid="uid-1")
 
 
+def test_a_timeout_judged_on_a_stale_look_at_a_job_that_succeeded_is_the_tasks_success() -> None:
+    """The trigger fired a timeout on its cache; one GET shows the job succeeded: no deletion, a result."""
+    running = make_job("train-abc", uid="uid-1", status=running_status())
+    event = make_outcome(JobRef("PyTorchJob", "train-abc", "default", "uid-1"), "timeout", "did not finish", running)
+    hook = FakeTrainingJobHook()
+    hook.add_job(make_job("train-abc", uid="uid-1", status=succeeded_status()))
+
+    result = make_operator(hook, job_name="train-abc").execute_complete(make_context(), event, job_uid="uid-1")
+
+    assert result["state"] == "succeeded"
+    assert hook.called("delete_job") == []
+    assert hook.job("train-abc") is not None
+
+
+def test_a_timeout_judged_on_a_stale_look_at_a_job_that_failed_is_the_jobs_failure() -> None:
+    running = make_job("train-abc", uid="uid-1", status=running_status())
+    event = make_outcome(JobRef("PyTorchJob", "train-abc", "default", "uid-1"), "timeout", "did not finish", running)
+    hook = FakeTrainingJobHook()
+    hook.add_job(make_job("train-abc", uid="uid-1", status=failed_status()))
+
+    with pytest.raises(JobFailedError, match="train-abc failed"):
+        make_operator(hook, job_name="train-abc").execute_complete(make_context(), event, job_uid="uid-1")
+
+    assert hook.called("delete_job") == []
+
+
+def test_a_deferral_timeout_leaves_a_job_that_has_finished() -> None:
+    hook = FakeTrainingJobHook()
+    ti = FakeTI()
+    hook.add_job(make_job("train-abc", uid="uid-1", status=succeeded_status(), labels=our_labels(ti)))
+    ti.xcoms.update(job_name="train-abc", job_namespace="default")
+
+    with pytest.raises(TaskDeferralTimeout):
+        make_operator(hook).resume_execution(
+            TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, make_context(ti)
+        )
+
+    assert hook.called("delete_job") == []
+
+
 @pytest.mark.parametrize(("delete_on_timeout", "deleted"), [(True, True), (False, False)])
 def test_a_deferral_timed_out_by_the_scheduler_deletes_the_job(delete_on_timeout: bool, deleted: bool) -> None:
     hook = FakeTrainingJobHook()
@@ -674,16 +716,10 @@ def test_explicit_name_with_if_exists_replace_deletes_then_creates() -> None:
     assert hook.api_calls().index("delete_job") < hook.api_calls().index("create_job")
 
 
-def own_labels(ti: FakeTI, **changes: Any) -> dict[str, str]:
-    """The labels ``ti``'s task instance puts on its job, with ``changes`` (another run, map index...)."""
-    identity = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index, **changes}
-    return task_instance_labels(try_number=1, **identity)
-
-
 def test_explicit_name_with_if_exists_reattach_follows_this_task_instances_running_job() -> None:
     hook = FakeTrainingJobHook()
     ti = FakeTI(try_number=2)
-    job = make_job("my-job", uid="uid-old", status=running_status(), labels=own_labels(ti))
+    job = make_job("my-job", uid="uid-old", status=running_status(), labels=our_labels(ti))
     hook.add_job(job, [running_status(), succeeded_status()])
 
     result = make_operator(hook, job_name="my-job", if_exists="reattach").execute(make_context(ti))
@@ -708,7 +744,7 @@ def test_an_explicit_name_holding_another_owners_running_job_is_refused_naming_t
     """A backfill run, or a mapped instance sharing a static name, never adopts (nor deletes) another's job."""
     hook = FakeTrainingJobHook()
     ti = FakeTI()
-    labels = own_labels(ti, **owner) if owner is not None else {}
+    labels = our_labels(ti, **owner) if owner is not None else {}
     hook.add_job(make_job("my-job", uid="uid-theirs", status=running_status(), labels=labels))
 
     with pytest.raises(JobAlreadyExistsError) as raised:
@@ -723,7 +759,7 @@ def test_an_explicit_name_holding_another_owners_running_job_is_refused_naming_t
 def test_explicit_name_with_if_exists_reattach_replaces_this_task_instances_finished_job() -> None:
     hook = progressing(succeeded_status())
     ti = FakeTI(try_number=2)
-    hook.add_job(make_job("my-job", uid="uid-old", status=failed_status(), labels=own_labels(ti)))
+    hook.add_job(make_job("my-job", uid="uid-old", status=failed_status(), labels=our_labels(ti)))
 
     result = make_operator(hook, job_name="my-job", if_exists="reattach").execute(make_context(ti))
 
