@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.manifest.pod_validation import env_entries, validate_pod_spec
+from airflow_provider_disttrain.parameters import PodOptions
 
 
 @pytest.mark.parametrize(
@@ -71,12 +72,20 @@ def test_a_trailing_newline_never_passes_a_name_rule():
         ({"command": "python train.py"}, "command", "must be a list of strings, not a string"),
         ({"args": "--epochs=3"}, "args", "must be a list of strings, not a string"),
         ({"args": ["--epochs", 3]}, "args[1]", "must be a string, got a int"),
-        ({"image_pull_secrets": "regcred"}, "image_pull_secrets", "not a string"),
-        ({"tolerations": {"key": "gpu", "operator": "Exists"}}, "tolerations", "wrap it in a list"),
+        ({"pod_options": PodOptions(image_pull_secrets="regcred")}, "pod_options.image_pull_secrets", "not a string"),
+        (
+            {"pod_options": PodOptions(tolerations={"key": "gpu", "operator": "Exists"})},  # type: ignore[arg-type]
+            "pod_options.tolerations",
+            "wrap it in a list",
+        ),
         ({"labels": {"team name": "ml"}}, "labels.team name", "is not a label key"),
         ({"labels": {"team": "ml platform"}}, "labels.team", "is not a valid label value"),
         ({"labels": {"epochs": 3}}, "labels.epochs", "must be a string"),
-        ({"node_selector": {"gpu": "a100\n"}}, "node_selector.gpu", "is not a valid label value"),
+        (
+            {"pod_options": PodOptions(node_selector={"gpu": "a100\n"})},
+            "pod_options.node_selector.gpu",
+            "is not a valid label value",
+        ),
         ({"annotations": {"retries": 3}}, "annotations.retries", "must be a string, got a int"),
         ({"annotations": {"bad key/x/y": "v"}}, "annotations.bad key/x/y", "is not an annotation key"),
     ],
