@@ -30,6 +30,7 @@ from typing import Any
 
 from airflow_provider_disttrain import clock as clocks
 from airflow_provider_disttrain.clock import Clock
+from airflow_provider_disttrain.hooks.cluster_client import ClusterClientClosed
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.logs import LogCursor, leader_pods, new_lines
 
@@ -146,6 +147,8 @@ class LeaderLogFollower:
                     return  # the leader's log is complete; the task's final copy adds any last lines
             except asyncio.CancelledError:
                 raise
+            except ClusterClientClosed:
+                return  # the trigger's watch (and its client) ended: so does following
             except Exception as error:
                 self._note_once(type(error).__name__, f"Could not follow the leader's log ({error!r}); retrying")
             # A stream that brought nothing new (no leader pod yet, a refused request) is retried less often.

@@ -51,6 +51,10 @@ class CredentialsUnavailable(ConnectionError):
         self.cause = cause
 
 
+class ClusterClientClosed(RuntimeError):
+    """A lease asked of a ``ClusterClient`` its registry has closed."""
+
+
 def _is_plugin_failure(error: BaseException) -> bool:
     """kubernetes_asyncio's ``ExecProvider`` raises ``ConfigException("exec: process returned N. ...")``
     for a plugin that ran and failed, and ``"exec: failed to decode ..."`` for garbled output; both may
@@ -99,6 +103,7 @@ class ClusterClient:
         self.build_timeout = BUILD_TIMEOUT_SECONDS if build_timeout is None else build_timeout
         self._clock = clock
         self._current: _Generation | None = None
+        self.closed = False
         self._built = 0
         self._building: asyncio.Task[_Generation] | None = None
         self._closing: set[asyncio.Task[None]] = set()
@@ -110,7 +115,12 @@ class ClusterClient:
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[tuple[Any, int]]:
-        """``(api client, generation)`` for one request; the client stays open until it ends."""
+        """``(api client, generation)`` for one request; the client stays open until it ends.
+
+        :raises ClusterClientClosed: after ``close()``: a straggler must not build a client nobody closes.
+        """
+        if self.closed:
+            raise ClusterClientClosed("the cluster's shared client was closed (its last watch ended)")
         current = self._current
         if current is None or current.unauthorized:
             current = await self._wait_for_build()
@@ -133,7 +143,9 @@ class ClusterClient:
         await self._wait_for_build()
 
     async def close(self) -> None:
-        """Retire the current client (closed when its last lease ends) and wait for those closing."""
+        """Retire the current client (closed when its last lease ends) and wait for those closing; no
+        lease is given after this."""
+        self.closed = True
         building, self._building = self._building, None
         if building is not None and not building.done():
             building.cancel()

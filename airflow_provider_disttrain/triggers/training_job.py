@@ -207,14 +207,20 @@ class TrainingJobTrigger(BaseTrigger):
         self._waiting_reason = await self._workload.follow(job, self.connection, subscription, options, self.log)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        ended = False
         try:
             outcome = await self._wait_until_done()
+            ended = True
         except Exception as error:  # The triggerer must always get an event, never a traceback.
             self.log.exception("Watching %s failed", self.ref.title)
             outcome = make_outcome(self.ref, ERROR, f"watching {self.ref.title} failed: {error!r}")
+            ended = True
         finally:
+            # Also when the triggerer cancels the trigger (cleared, marked failed, moved, deferral
+            # timeout): nothing it started may outlive it. A cancelled follower records no position:
+            # the one saved at most SAVE_EVERY_SECONDS ago lets the next trigger read on.
+            await self._stop_following_logs(save=ended)
             await self._workload.stop()
-        await self._stop_following_logs()
         yield TriggerEvent(outcome)
 
     async def _wait_until_done(self) -> dict[str, Any]:
@@ -322,16 +328,17 @@ class TrainingJobTrigger(BaseTrigger):
         )
         self._log_task = asyncio.get_running_loop().create_task(self._log_follower.run())
 
-    async def _stop_following_logs(self) -> None:
-        """Stop following and record where it stopped: the operator's final copy of the logs goes on
-        from there, so the event is not held back waiting for the stream's last lines."""
+    async def _stop_following_logs(self, save: bool = True) -> None:
+        """Stop following and (``save``) record where it stopped: the operator's final copy of the logs
+        goes on from there, so the event is not held back waiting for the stream's last lines."""
         task, follower = self._log_task, self._log_follower
         self._log_task = self._log_follower = None
         if task is None or follower is None:
             return
         task.cancel()
         await asyncio.wait({task})
-        await follower.stop()
+        if save:
+            await follower.stop()
 
     def _report_progress(self, job: Mapping[str, Any], waiting_reason: str | None = None) -> None:
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""

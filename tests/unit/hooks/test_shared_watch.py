@@ -490,3 +490,20 @@ async def test_an_exec_plugin_failing_during_a_renewal_is_an_outage_not_a_refusa
     assert seen, "the failed plugin run was reported while it lasted"
     assert all(not problem.denied and not problem.fatal for problem in seen)
     assert "Rate exceeded" in str(seen[0].error)
+
+
+async def test_a_closed_client_is_never_built_again(apiserver: Any) -> None:
+    """A straggler (a log follower of a trigger gone) must not rebuild the client the registry closed."""
+    from airflow_provider_disttrain.hooks.cluster_client import ClusterClientClosed
+
+    await apiserver.put(labelled_job("a", running_status()))
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
+        await until(lambda: sub.synced)
+        cluster = sub.watch.cluster
+    await until(lambda: not registry().clusters and not registry()._closing)
+    built = cluster.generation
+
+    with pytest.raises(ClusterClientClosed):
+        async with cluster.lease():
+            pass
+    assert cluster.generation == built

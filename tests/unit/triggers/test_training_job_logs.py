@@ -14,10 +14,17 @@ from typing import Any
 import pytest
 import structlog
 
-from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, ByteBudget, decode_position, encode_position
+from airflow_provider_disttrain.live_logs import (
+    LOG_POSITION_ANNOTATION,
+    MAX_STREAMS_PER_CLUSTER,
+    ByteBudget,
+    decode_position,
+    encode_position,
+)
 from airflow_provider_disttrain.logs import LogCursor
-from tests.unit.fakes import make_pod, running_status, succeeded_status
-from tests.unit.triggers.test_training_job import job, make_trigger, started
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from tests.unit.fakes import make_job, make_pod, running_status, succeeded_status
+from tests.unit.triggers.test_training_job import job, make_trigger, run_once, started
 from tests.unit.waiting import until
 
 # Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
@@ -217,3 +224,40 @@ async def test_streams_on_one_cluster_are_capped_so_the_shared_client_keeps_conn
     await apiserver.put({**second, "status": succeeded_status()})
     assert (await first_task)["status"] == "success"
     assert (await second_task).payload["status"] == "success"
+
+
+async def test_cancelled_triggers_leave_nothing_running(apiserver: Any) -> None:
+    """Cleared, marked failed, moved to another triggerer: 300 streaming triggers cancelled at once leave no
+    task, stream, session or request behind (the follower used to outlive its trigger, listing pods and
+    rebuilding the client the registry had closed)."""
+    import gc
+
+    import aiohttp
+
+    names = [f"train-{index:03d}" for index in range(300)]
+    for name in names:
+        apiserver.add_pod(make_pod(name, "master", 0, namespace=NAMESPACE))
+        await apiserver.add_log_lines(NAMESPACE, f"{name}-master-0", *stamped(f"{name} epoch 1"))
+        labelled = make_job(
+            name, NAMESPACE, uid=f"uid-{name}", status=running_status(), labels={TASK_INSTANCE_LABEL: name}
+        )
+        await apiserver.put(labelled)
+    before = asyncio.all_tasks()
+    tasks = [
+        asyncio.create_task(run_once(make_trigger(apiserver, name=name, uid=f"uid-{name}", stream_logs=True)))
+        for name in names
+    ]
+    await until(lambda: apiserver.open_log_streams == MAX_STREAMS_PER_CLUSTER)  # the rest wait for a slot
+
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await until(lambda: asyncio.all_tasks() <= before)  # the watch lingers a moment, then closes its client
+    requests = len(apiserver.requests)
+    await asyncio.sleep(120)  # past every retry interval of a follower
+
+    assert asyncio.all_tasks() <= before
+    assert apiserver.open_log_streams == 0 and apiserver.open_watches == 0
+    assert len(apiserver.requests) == requests
+    gc.collect()
+    assert [s for s in gc.get_objects() if isinstance(s, aiohttp.ClientSession) and not s.closed] == []
