@@ -63,6 +63,8 @@ HEALTHY_WATCH_SECONDS = 30.0
 FAILURES_BEFORE_RELIST = 3
 """Broken watch requests in a row after which each retry relists first (the polling fallback)."""
 MIN_BACKOFF_SECONDS = 0.5
+LIST_PAGE_SIZE = 500
+"""Objects per page of a LIST (``limit``); kube-apiserver answers a page from its watch cache."""
 MIN_BACKOFF_CAP_SECONDS = 1.0
 """The floor of the backoff's cap: at most about two requests a second per watch during an outage."""
 
@@ -207,10 +209,10 @@ class SharedWatch:
         subscribers = self._subscribers.get(subscription.name, set())
         subscribers.discard(subscription)
         if not subscribers:
+            # Nobody waits for it any more: the cache holds only jobs some trigger waits for, not the
+            # namespace's history of finished jobs.
             self._subscribers.pop(subscription.name, None)
-            entry = self._jobs.get(subscription.name)
-            if entry is not None and entry.deleted:
-                del self._jobs[subscription.name]
+            self._jobs.pop(subscription.name, None)
         if not self._subscribers and self._idle_timer is None:
             self._idle_timer = asyncio.get_running_loop().call_later(LINGER_SECONDS, self._stop_if_idle)
 
@@ -353,32 +355,49 @@ class SharedWatch:
         return {key: value for key, value in selectors.items() if value}
 
     async def _list(self) -> None:
+        """LIST the watch's objects page by page (``LIST_PAGE_SIZE``), keeping those someone waits for.
+
+        Pages, as client-go's pager does: a namespace's history of finished jobs can be tens of
+        thousands; parsing one page blocks the event loop for milliseconds, where one answer of
+        20,000 jobs blocked it for seconds. All pages are of one snapshot (the continue token pins
+        its resourceVersion); an expired token is a 410, relisted from the start like any other.
+        """
         from kubernetes_asyncio import client as async_client
 
-        async with self.cluster.lease() as (api, _):
-            self.requests["list"] += 1
-            response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
-                self.kind.group,
-                self.kind.version,
-                self.key.namespace,
-                self.kind.plural,
-                _preload_content=False,
-                **self._selectors(),
-            )
-            try:
-                await _raise_for_status(response)
-                listing = json.loads(await response.read())
-            finally:
-                response.release()
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            async with self.cluster.lease() as (api, _):
+                self.requests["list"] += 1
+                response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
+                    self.kind.group,
+                    self.kind.version,
+                    self.key.namespace,
+                    self.kind.plural,
+                    _preload_content=False,
+                    limit=LIST_PAGE_SIZE,
+                    _continue=token,  # type: ignore[arg-type]  # None: the first page (the client sends no parameter)
+                    **self._selectors(),
+                )
+                try:
+                    await _raise_for_status(response)
+                    page: dict[str, Any] = json.loads(await response.read())
+                finally:
+                    response.release()
+            items.extend(trimmed(item) for item in page.get("items") or [] if self._name_of(item) in self._subscribers)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                break
         self._accepted()
-        jobs = {self._name_of(item): CachedJob(trimmed(item)) for item in listing.get("items") or []}
+        jobs = {self._name_of(item): CachedJob(item) for item in items}
         for name, entry in self._jobs.items():
             if name not in jobs and name in self._subscribers:
                 # Gone while we were not watching: its subscribers learn it from a tombstone.
                 jobs[name] = entry if entry.deleted else CachedJob(entry.job, deleted=True)
         changed = [name for name in set(jobs) | set(self._jobs) if jobs.get(name) != self._jobs.get(name)]
         self._jobs = jobs
-        self._resource_version = (listing.get("metadata") or {}).get("resourceVersion")
+        self._resource_version = metadata.get("resourceVersion")
         first_sync = not self.synced
         self.synced = self.ever_synced = True
         if first_sync:
@@ -434,10 +453,9 @@ class SharedWatch:
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             return  # BOOKMARK: only its resourceVersion matters
         name = self._name_of(obj)
-        if event_type == "DELETED" and name not in self._subscribers:
-            self._jobs.pop(name, None)
-        else:
-            self._jobs[name] = CachedJob(trimmed(obj), deleted=event_type == "DELETED")
+        if name not in self._subscribers:
+            return  # nobody waits for it (a trigger that comes for it later reads it once)
+        self._jobs[name] = CachedJob(trimmed(obj), deleted=event_type == "DELETED")
         self._notify(name)
 
     async def read(self, name: str) -> dict[str, Any] | None:

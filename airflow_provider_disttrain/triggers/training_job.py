@@ -288,6 +288,7 @@ class TrainingJobTrigger(BaseTrigger):
                     if found is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(found):
                         return None
                     if found is not None:
+                        self._follow_logs(found, subscription)
                         await self._observe_queue(found, subscription)
                         self._report_progress(found, self._waiting_reason)
                     if outcome := self._check(found):

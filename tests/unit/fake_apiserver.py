@@ -3,7 +3,7 @@
 It speaks HTTP the way kube-apiserver does for what the shared watch uses, so the real
 ``kubernetes_asyncio`` client, the cncf hook's config loading and aiohttp run unchanged:
 - LIST with ``labelSelector`` (``key`` or ``key=value``) and ``fieldSelector`` (``metadata.name=``),
-  answering the collection's ``resourceVersion``;
+  answering the collection's ``resourceVersion``, in pages with ``limit`` and ``continue``;
 - WATCH from a ``resourceVersion``: the events after it, then new ones, until ``timeoutSeconds``;
   BOOKMARK events when asked (``allowWatchBookmarks``) and ``bookmark_interval`` is set; a version
   older than the last compaction gets HTTP 200 and an in-stream ERROR event with code 410, as the
@@ -221,10 +221,16 @@ class FakeApiServer:
             return obj_namespace == namespace and obj_plural == plural and _matches(obj, labels, fields)
 
         if not watching:
+            # Pages (limit / continue) of one snapshot, as kube-apiserver serves them.
+            offset, _, version = (query.get("continue") or f"0:{self.resource_version}").partition(":")
             items = [obj for (ns, pl, _), obj in sorted(self.objects.items()) if selected(ns, pl, obj)]
-            return web.json_response(
-                {"kind": "List", "metadata": {"resourceVersion": str(self.resource_version)}, "items": items}
-            )
+            limit = int(query.get("limit") or 0) or len(items) or 1
+            page, rest = items[int(offset) : int(offset) + limit], items[int(offset) + limit :]
+            metadata = {
+                "resourceVersion": version,
+                **({"continue": f"{int(offset) + limit}:{version}"} if rest else {}),
+            }
+            return web.json_response({"kind": "List", "metadata": metadata, "items": page})
         return await self._watch(request, selected)
 
     async def _watch(self, request: web.Request, selected: Callable[[str, str, Mapping[str, Any]], bool]) -> Any:

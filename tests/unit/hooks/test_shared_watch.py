@@ -19,7 +19,7 @@ from airflow_provider_disttrain.hooks import cluster_client, shared_watch
 from airflow_provider_disttrain.hooks.shared_watch import registry, subscribe
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
-from tests.unit.fakes import make_job, running_status, succeeded_status
+from tests.unit.fakes import failed_status, make_job, running_status, succeeded_status
 from tests.unit.waiting import until
 
 # Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
@@ -304,9 +304,28 @@ async def test_a_subscriber_arriving_within_the_linger_reuses_the_watch(
     async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as first:
         await until(lambda: first.synced)
     async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as second:
-        assert second.watch is first.watch
-        assert second.entry is not None  # warm: no new LIST needed
+        assert second.watch is first.watch and second.synced  # warm: no new LIST needed
+        assert second.entry is None  # nobody waited for it meanwhile: the newcomer reads it once
+        await apiserver.put(labelled_job("a", succeeded_status()))
+        await until(lambda: last_condition(second) == "Succeeded")  # and then follows it on the watch
     assert apiserver.count("list") == 1
+
+
+async def test_the_cache_holds_only_the_jobs_someone_waits_for(apiserver: Any) -> None:
+    """Issue 15: a namespace's history of finished labelled jobs was all cached, and all relisted at once."""
+    for index in range(1_200):  # more than two pages
+        await apiserver.put(labelled_job(f"old-{index:04d}", succeeded_status()))
+    await apiserver.put(labelled_job("a", running_status()))
+    async with subscribe(connection(apiserver), PYTORCH, "ml", "a", label_selector=SELECTOR) as sub:
+        await until(lambda: sub.synced)
+        await apiserver.put(labelled_job("old-0001", failed_status()))  # an event for a job nobody waits for
+        await apiserver.put(labelled_job("a", succeeded_status()))
+        await until(lambda: last_condition(sub) == "Succeeded")
+
+        assert set(sub.watch._jobs) == {"a"}
+        pages = apiserver.queries("list")
+        assert [page.get("limit") for page in pages] == [str(shared_watch.LIST_PAGE_SIZE)] * 3
+        assert pages[0].get("continue") is None and pages[1].get("continue") and pages[2].get("continue")
 
 
 async def test_watches_of_one_cluster_share_its_client(apiserver: Any) -> None:
