@@ -65,6 +65,28 @@ def _is_plugin_failure(error: BaseException) -> bool:
     return isinstance(error, ConfigException) and text.startswith(("exec: process returned", "exec: failed to decode"))
 
 
+def _child_processes() -> set[int]:
+    import psutil  # type: ignore[import-untyped]  # Airflow's own dependency
+
+    return {child.pid for child in psutil.Process().children()}
+
+
+def _kill_children_since(before: set[int]) -> None:
+    """Kill the processes started since ``before`` that still run: the exec plugin that did not answer.
+
+    kubernetes_asyncio's ``ExecProvider`` keeps the plugin's process to itself, and cancelling the build
+    leaves it running (asyncio's child watcher holds on to it): without this, a plugin that hangs (an
+    interactive login) would leave one more process behind at every retry. Builds are the only thing
+    in the triggerer that start processes; a concurrent build whose plugin is caught here fails once.
+    """
+    import psutil  # type: ignore[import-untyped]
+
+    for child in psutil.Process().children():
+        if child.pid not in before:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+
+
 class _Generation:
     """One built API client and the requests currently leased on it."""
 
@@ -192,16 +214,21 @@ class ClusterClient:
 
     async def _build(self) -> _Generation:
         stack = contextlib.AsyncExitStack()
+        children_before = _child_processes()
         try:
             api = await asyncio.wait_for(
                 stack.enter_async_context(self.connection.async_hook().get_conn()), self.build_timeout
             )
         except (TimeoutError, asyncio.TimeoutError):
             await stack.aclose()
+            _kill_children_since(children_before)
             raise CredentialsUnavailable(
                 f"the credentials of {self._title} did not come within {self.build_timeout:.0f}s "
                 "(the kubeconfig's exec plugin hangs?)"
             ) from None
+        except asyncio.CancelledError:  # the cluster's last watch ended: its plugin run ends too
+            _kill_children_since(children_before)
+            raise
         except BaseException as error:
             await stack.aclose()
             if _is_plugin_failure(error):

@@ -102,8 +102,10 @@ async def test_a_plugin_hanging_in_the_periodic_rebuild_blocks_no_request(
         # Requests go on with the current client while the rebuild waits for the plugin.
         for _ in range(3):
             assert await asyncio.wait_for(read_job(cluster), 5.0) == ("train-abc", 1)
+        await until(lambda: plugin.runs == 2)
     finally:
         await asyncio.wait_for(cluster.close(), 5.0)
+    assert hung_plugins(plugin) == []  # closing the client ended the plugin run it was waiting for
 
 
 async def test_a_plugin_failing_once_in_the_periodic_rebuild_fails_no_request(
@@ -147,13 +149,15 @@ async def test_after_a_failed_rebuild_the_next_try_waits_and_then_renews(
 async def test_without_a_working_client_a_hung_plugin_is_a_transient_error_in_time(
     apiserver: Any, job: None, plugin: Plugin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cluster_client, "BUILD_TIMEOUT_SECONDS", 0.5, raising=False)
+    monkeypatch.setattr(cluster_client, "BUILD_TIMEOUT_SECONDS", 2.0, raising=False)
     plugin.next_run("hang")
     cluster = ClusterClient(exec_connection(apiserver, plugin))
     try:
         with pytest.raises(ConnectionError, match="exec plugin") as refused:
             await asyncio.wait_for(read_job(cluster), 5.0)
         assert is_transient(refused.value)  # the wait retries within its api_failure_tolerance
+        assert plugin.runs == 1  # the plugin ran, and hung,
+        assert hung_plugins(plugin) == []  # and was killed, not left behind (one more at every retry)
 
         plugin.next_run("ok")
         assert await read_job(cluster) == ("train-abc", 1)  # the next request tries the plugin again
@@ -202,6 +206,16 @@ async def test_a_waiting_trigger_outlives_a_plugin_failing_in_the_rebuild(
 
     events = await asyncio.wait_for(asyncio.gather(*waits), 10.0)
     assert [event["status"] for event in events] == ["success"] * 3
+
+
+def hung_plugins(plugin: Plugin) -> list[int]:
+    import psutil
+
+    return [
+        child.pid
+        for child in psutil.Process().children()
+        if child.is_running() and child.status() != psutil.STATUS_ZOMBIE and str(plugin.script) in child.cmdline()
+    ]
 
 
 async def _first_event(trigger: TrainingJobTrigger) -> dict[str, Any]:
