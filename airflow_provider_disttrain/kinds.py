@@ -99,6 +99,14 @@ class JobKind:
     """Whether the worker count may be changed at all (a TrainJob's ``spec.trainer`` is immutable)."""
     operator: str | None = None
     """The operator class that builds this kind, when the generic builder cannot (no replica specs)."""
+    event_object_suffixes: tuple[str, ...] = ()
+    """Suffixes of the job's name naming other objects whose events explain it (the MPI launcher's batch
+    Job, ``<job>-launcher``), read beside the job's and its pods' events."""
+    suspension_without_history_reason: str | None = None
+    """The reason of a ``Running=False`` condition the operator writes on every suspension, also of a job
+    that never ran (the mpi-operator's ``MPIJobSuspended``): such a condition does not show the job ran."""
+    spec_integer_minimums: tuple[tuple[str, int], ...] = ()
+    """Integer ``spec`` fields and their least value (an MPIJob's ``slotsPerWorker`` >= 1)."""
     pod_name_suffix: str = "-{replica}-{index}"
     """What the operator appends to the job's name to name a pod (and its service), for the longest
     name that fits: the Kubeflow operators' ``<job>-<replica>-<index>``; JobSet's
@@ -108,6 +116,17 @@ class JobKind:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
+
+    @property
+    def has_replica_specs(self) -> bool:
+        """Whether the job lists its replicas itself (v1 kinds, MPIJob); a TrainJob's come from its runtime."""
+        return self.replica_specs_key is not None
+
+    def main_container_name(self, pod: Mapping[str, Any]) -> str | None:
+        """The container of a replica's pod that is the job's: the one of ``container_name``, else the
+        first (an MPIJob may name its containers freely); None for a pod without containers."""
+        names = [container.get("name") for container in (pod.get("spec") or {}).get("containers") or []]
+        return self.container_name if self.container_name in names else (names[0] if names else None)
 
     def canonical_replica_type(self, name: str) -> str | None:
         """The replica type the operator reads ``name`` as, or None when it names none of this kind's.
@@ -184,6 +203,9 @@ JOB_KINDS: dict[str, JobKind] = {
                 ("mpiImplementation", frozenset({"OpenMPI", "Intel", "MPICH"})),
                 ("launcherCreationPolicy", frozenset({"AtStartup", "WaitForWorkersReady"})),
             ),
+            event_object_suffixes=("-launcher",),
+            suspension_without_history_reason="MPIJobSuspended",
+            spec_integer_minimums=(("slotsPerWorker", 1),),
         ),
         JobKind(
             kind="TFJob",

@@ -148,12 +148,6 @@ def is_admitted(workload: Mapping[str, Any]) -> bool:
     return _is(_condition(workload, "Admitted"), "true")
 
 
-def workload_admitted_at(workload: Mapping[str, Any]) -> float | None:
-    """When Kueue admitted the Workload (its ``Admitted=True`` transition), or None."""
-    admitted = _condition(workload, "Admitted")
-    return _epoch(admitted.get("lastTransitionTime")) if admitted and _is(admitted, "true") else None
-
-
 def waiting_message(workload: Mapping[str, Any] | None) -> str | None:
     """Why Kueue has not admitted the job, in Kueue's words; None once it is admitted.
 

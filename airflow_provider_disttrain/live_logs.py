@@ -182,8 +182,7 @@ class LeaderLogFollower:
             pod_name = pod["metadata"]["name"]
             if pod_name != self.pod:  # another leader pod (an MPI launcher retried): its log from the start
                 self.pod, self.cursor = pod_name, None
-            names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-            container = self.kind.container_name if self.kind.container_name in names else names[0]
+            container = self.kind.main_container_name(pod)
             options: dict[str, Any] = {"container": container, "follow": True, "timestamps": True}
             if self.cursor is not None:
                 # A second early (whole seconds), so no line at the cursor's time is missed; new_lines skips.

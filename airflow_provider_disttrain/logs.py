@@ -41,13 +41,6 @@ def leader_pods(kind: JobKind, pods: Sequence[Mapping[str, Any]]) -> list[Mappin
     return []
 
 
-def _container(kind: JobKind, pod: Mapping[str, Any]) -> str | None:
-    names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-    if kind.container_name in names:
-        return kind.container_name
-    return names[0] if names else None
-
-
 def log_targets(
     kind: JobKind, pods: Sequence[Mapping[str, Any]], log_replicas: str | Sequence[str]
 ) -> list[tuple[str, str | None]]:
@@ -66,7 +59,9 @@ def log_targets(
             if replica_name(kind, pod).lower() in wanted
             or str(((pod.get("metadata") or {}).get("labels") or {}).get(kind.replica_type_label)) in wanted
         ]
-    return sorted(((pod["metadata"]["name"], _container(kind, pod)) for pod in chosen), key=lambda target: target[0])
+    return sorted(
+        ((pod["metadata"]["name"], kind.main_container_name(pod)) for pod in chosen), key=lambda target: target[0]
+    )
 
 
 def validate_log_replicas(value: object) -> None:

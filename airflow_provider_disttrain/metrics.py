@@ -15,8 +15,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_disttrain.decorators.termination import leader_termination_message
 from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.termination import leader_termination_message
 
 
 def leader_metrics(kind: JobKind, pods: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any] | None, str]:

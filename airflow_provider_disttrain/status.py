@@ -121,11 +121,6 @@ def job_state(job: Mapping[str, Any]) -> JobState:
     return JobState(_condition_states(kind_of(job))[str(newest["type"])])
 
 
-# The mpi-operator writes Running=False with this reason on every suspension, also of a job that never
-# ran; the training-operator flips Running to False (reason <Kind>Suspended) only when it was running.
-_SUSPENSION_WITHOUT_HISTORY = "MPIJobSuspended"
-
-
 def has_run(job: Mapping[str, Any]) -> bool:
     """Whether the job's pods have run at some point (so it is no longer "not started yet").
 
@@ -136,22 +131,20 @@ def has_run(job: Mapping[str, Any]) -> bool:
     """
     if _counts_show_running(job):
         return True
-    terminal_types = _terminal_types(kind_of(job))
+    job_kind = kind_of(job)
+    terminal_types = _terminal_types(job_kind)
+    # The training-operator flips Running to False (reason <Kind>Suspended) only when the job was running;
+    # the mpi-operator writes it on every suspension (the table's suspension_without_history_reason).
+    never_ran_reason = job_kind.suspension_without_history_reason
     for condition in _conditions(job):
         kind = condition.get("type")
         if kind in terminal_types and _is_true(condition):
             return True
         if kind in ("Running", "Restarting") and (
-            _is_true(condition) or condition.get("reason") != _SUSPENSION_WITHOUT_HISTORY
+            _is_true(condition) or never_ran_reason is None or condition.get("reason") != never_ran_reason
         ):
             return True
     return False
-
-
-def newest_true_condition(job: Mapping[str, Any]) -> dict[str, Any] | None:
-    true_conditions = [c for c in _conditions(job) if _is_true(c)]
-    newest = _newest(true_conditions)
-    return dict(newest) if newest else None
 
 
 def failure_condition(job: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -19,10 +19,10 @@ from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
 
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.decorators.payload import PAYLOAD_ENV, PayloadError, encode_payload
-from airflow_provider_disttrain.decorators.termination import leader_termination_message
 from airflow_provider_disttrain.exceptions import TrainingJobError
 from airflow_provider_disttrain.manifest.builder import JobParameters
 from airflow_provider_disttrain.manifest.pod_validation import env_entries
+from airflow_provider_disttrain.termination import leader_termination_message
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -27,7 +27,7 @@ from airflow_provider_disttrain.hooks.api_errors import (
     retry_transient,
 )
 from airflow_provider_disttrain.hooks.rejections import field_error
-from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, TRAINING_RUNTIME_KINDS, JobKind, get_job_kind
+from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, workload_of
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
@@ -233,11 +233,9 @@ class TrainingJobHook(KubernetesHook):
             raise
 
     @retry_transient()
-    def list_job_pods(
-        self, job_name: str, namespace: str, *, kind: str | JobKind | None = None
-    ) -> list[dict[str, Any]]:
+    def list_job_pods(self, job_name: str, namespace: str, *, kind: str | JobKind) -> list[dict[str, Any]]:
         """The job's pods, found by the label the kind's operator sets (a TrainJob's: its JobSet's)."""
-        label = get_job_kind(kind).job_name_label if kind is not None else JOB_NAME_LABEL
+        label = get_job_kind(kind).job_name_label
         try:
             pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=f"{label}={job_name}")
         except Exception as error:
@@ -367,7 +365,11 @@ class TrainingJobHook(KubernetesHook):
         try:
             pods = self.list_job_pods(ref.name, ref.namespace, kind=kind)
             troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
-            names = {ref.name, f"{ref.name}-launcher", *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS]}
+            names = {
+                ref.name,
+                *(ref.name + suffix for suffix in kind.event_object_suffixes),
+                *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS],
+            }
             events = self.list_warning_events(ref.namespace, names)
             tails = {}
             for pod in pods_with_problems(pods)[:3]:

@@ -20,9 +20,9 @@ def _worker_key(kind: JobKind, job: Mapping[str, Any]) -> str:
 
 
 def _worker_count_path(kind: JobKind, job: Mapping[str, Any]) -> tuple[str, ...]:
-    if kind.replica_specs_key is None:
+    if not kind.has_replica_specs:
         return kind.worker_replicas_path()
-    return ("spec", kind.replica_specs_key, _worker_key(kind, job), "replicas")
+    return ("spec", str(kind.replica_specs_key), _worker_key(kind, job), "replicas")
 
 
 def current_workers(kind: JobKind, job: Mapping[str, Any]) -> int | None:

@@ -50,7 +50,7 @@ def replica_counts(kind: JobKind, manifest: Mapping[str, Any]) -> dict[str, int]
     A kind without replica specs (TrainJob) has its worker pods' count at ``node_count_path`` (unset:
     the runtime's default, at least 1).
     """
-    if kind.replica_specs_key is None:
+    if not kind.has_replica_specs:
         nodes = _get(manifest, ".".join(kind.worker_replicas_path()))
         valid = isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1
         return {kind.worker_replica: nodes if valid else 1}
@@ -194,8 +194,9 @@ def _validate_spec_fields(kind: JobKind, manifest: Mapping[str, Any]) -> None:
         if min_available is not None:
             _require_int(min_available, "spec.runPolicy.schedulingPolicy.minAvailable", 1)
 
-    if "slotsPerWorker" in spec:
-        _require_int(spec["slotsPerWorker"], "spec.slotsPerWorker", 1)
+    for key, minimum in kind.spec_integer_minimums:
+        if key in spec:
+            _require_int(spec[key], f"spec.{key}", minimum)
 
     elastic = spec.get("elasticPolicy")
     if elastic is not None:
@@ -287,7 +288,7 @@ def validate_namespace_agrees(manifest: Mapping[str, Any] | None, namespace: str
 
 def validate_manifest(kind: JobKind, manifest: Mapping[str, Any]) -> None:
     """Raise ``InvalidJobSpecError`` naming the first field the operators would reject."""
-    if kind.replica_specs_key is None:
+    if not kind.has_replica_specs:
         raise InvalidJobSpecError("kind", f"a {kind.kind} has no replica specs: submit it with {kind.builder_name()}")
     _validate_kind(kind, manifest)
     if (namespace := _get(manifest, "metadata.namespace")) is not None:

@@ -53,7 +53,7 @@ class JobEnding:
             self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled["message"])
             outcome = settled
         status = outcome["status"]
-        # A success lists the pods once more, for the leader's metrics and (deferred) its logs.
+        # A success lists the pods, for the leader's metrics and (deferred) its logs (one list serves both).
         pods = self._final_pods() if status == outcomes.SUCCESS else None
         if not logs_forwarded:
             forwarder = LogForwarder(hook, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS
+from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, get_job_kind
 from airflow_provider_disttrain.manifest.loading import load_manifest, template_search_roots
 from airflow_provider_disttrain.manifest.pod_validation import validate_resources
 from airflow_provider_disttrain.manifest.train_job import TrainJobParameters, build_train_job
@@ -78,7 +78,7 @@ class TrainJobOperator(BaseTrainingJobOperator):
         **kwargs: Any,
     ) -> None:
         kind = kwargs.pop("kind", None)
-        if kind is not None and kind != "TrainJob":
+        if kind is not None and get_job_kind(kind).kind != type(self).kind:
             raise ValueError(
                 f"kind: TrainJobOperator runs TrainJobs, not {kind}s (use TrainingJobOperator(kind={kind!r}))"
             )

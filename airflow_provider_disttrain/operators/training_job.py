@@ -68,7 +68,7 @@ class TrainingJobOperator(BaseTrainingJobOperator):
                 f"kind: {type(self).__name__} runs {fixed}s, not {kind}s (use TrainingJobOperator(kind={kind!r}))"
             )
         resolved = get_job_kind(kind or fixed or "PyTorchJob")
-        if resolved.replica_specs_key is None:
+        if not resolved.has_replica_specs:
             raise ValueError(f"kind: {resolved.kind} has no replica specs; use its own operator (TrainJobOperator)")
         return resolved.kind
 

@@ -41,7 +41,9 @@ def test_logs_are_read_with_timestamps_and_since_a_time_and_forwarded_once(names
     name = result.xcom("train")["name"]
     hook = TrainingJobHook(conn_id="kubernetes_default")
     [master] = [
-        pod["metadata"]["name"] for pod in hook.list_job_pods(name, namespace) if "master" in pod["metadata"]["name"]
+        pod["metadata"]["name"]
+        for pod in hook.list_job_pods(name, namespace, kind="PyTorchJob")
+        if "master" in pod["metadata"]["name"]
     ]
 
     stamped = hook.read_pod_log(master, namespace, "pytorch", timestamps=True)

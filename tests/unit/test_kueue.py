@@ -16,7 +16,6 @@ from airflow_provider_disttrain.kueue import (
     startup_clock_shift,
     validate_queue_name,
     waiting_message,
-    workload_admitted_at,
     workload_of,
 )
 from airflow_provider_disttrain.status import JobState, describe_state, job_state, parse_time
@@ -128,16 +127,14 @@ def test_describe_state_says_queued_by_kueue_rather_than_suspended() -> None:
 def test_the_quota_reserved_message_is_why_it_waits() -> None:
     pending = workload(condition("QuotaReserved", CREATED, reason="Pending", message=QUOTA_MESSAGE, status="False"))
     assert waiting_message(pending) == QUOTA_MESSAGE
-    assert workload_admitted_at(pending) is None
 
 
-def test_an_admitted_workload_has_no_waiting_message_and_an_admission_time() -> None:
+def test_an_admitted_workload_has_no_waiting_message() -> None:
     admitted = workload(
         condition("QuotaReserved", RESUMED, reason="QuotaReserved"),
         condition("Admitted", RESUMED, reason="Admitted"),
     )
     assert waiting_message(admitted) is None
-    assert workload_admitted_at(admitted) == parse_time(RESUMED).timestamp()  # type: ignore[union-attr]
 
 
 def test_quota_reserved_but_not_admitted_waits_for_admission_checks() -> None:

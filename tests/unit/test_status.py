@@ -19,7 +19,6 @@ from airflow_provider_disttrain.status import (
     has_run,
     job_result,
     job_state,
-    newest_true_condition,
     parse_time,
 )
 
@@ -334,7 +333,7 @@ def test_result_drops_condition_keys_the_operator_did_not_set():
     assert job_result(job, "PyTorchJob")["conditions"] == [{"type": "Created", "status": "True"}]
 
 
-# -- describe_state, failure_condition, newest_true_condition, parse_time ---------------------------
+# -- describe_state, failure_condition, parse_time ---------------------------
 
 
 @pytest.mark.parametrize(
@@ -409,21 +408,6 @@ def test_failure_condition_ignores_a_failed_condition_that_is_false():
 
 def test_failure_condition_with_missing_reason_and_message_gives_empty_strings():
     assert failure_condition(job_with({"type": "Failed", "status": "True"})) == ("", "")
-
-
-def test_newest_true_condition_is_a_copy(load_yaml):
-    job = load_yaml("status/pytorchjob-running.yaml")
-
-    newest = newest_true_condition(job)
-    assert newest is not None
-    assert newest["type"] == "Running"
-    newest["type"] = "Failed"
-
-    assert job["status"]["conditions"][1]["type"] == "Running"
-
-
-def test_newest_true_condition_of_a_job_without_conditions_is_none():
-    assert newest_true_condition({}) is None
 
 
 @pytest.mark.parametrize(

@@ -468,7 +468,7 @@ def v1_event(involved: str | None, reason: str, message: str, minute: int) -> An
 def test_list_job_pods_selects_by_job_name_label_and_returns_api_dicts(hook: TrainingJobHook, core: MagicMock) -> None:
     core.list_namespaced_pod.return_value = client.V1PodList(items=[v1_pod("train-abc-master-0", "master", 0)])
 
-    pods = hook.list_job_pods("train-abc", "ml")
+    pods = hook.list_job_pods("train-abc", "ml", kind="PyTorchJob")
 
     core.list_namespaced_pod.assert_called_once_with("ml", label_selector=f"{JOB_NAME_LABEL}=train-abc")
     assert pods[0]["metadata"]["name"] == "train-abc-master-0"

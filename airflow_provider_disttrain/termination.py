@@ -1,4 +1,5 @@
-"""Reading the leader pod's termination message (pure): where a decorated task's return value arrives."""
+"""Reading the leader pod's termination message (pure): where the training metrics and a decorated
+task's return value arrive (``metrics``, ``decorators.base``)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,6 @@ from typing import Any
 from airflow_provider_disttrain.diagnostics import replica_name
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.logs import leader_pods
-
-
-def _main_container(kind: JobKind, pod: Mapping[str, Any]) -> str | None:
-    names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-    return kind.container_name if kind.container_name in names else (names[0] if names else None)
 
 
 def leader_termination_message(kind: JobKind, pods: Sequence[Mapping[str, Any]]) -> tuple[str, str | None] | None:
@@ -25,7 +21,7 @@ def leader_termination_message(kind: JobKind, pods: Sequence[Mapping[str, Any]])
     if not leaders:
         return None
     pod = leaders[0]
-    container = _main_container(kind, pod)
+    container = kind.main_container_name(pod)
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         if status.get("name") == container:
             terminated = (status.get("state") or {}).get("terminated") or {}
