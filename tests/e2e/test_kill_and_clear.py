@@ -61,7 +61,7 @@ def test_clearing_a_deferred_task_deletes_its_job_and_the_new_try_submits_a_fres
     # The triggerer's lines in the first try's log: Airflow's own, then the trigger's.
     assert "Trigger cancelled by user action, invoking on_kill" in airflow.log(DAG_ID, run_id, "train", try_number=1)
 
-    # The second try's job runs 3 s (see the DAG): the run ends in success on a job of its own.
+    # The second try's job runs 20 s (see the DAG): the run ends in success on a job of its own.
     state = airflow.wait_for_run(DAG_ID, run_id, timeout=180)
     assert state == "success", airflow.log(DAG_ID, run_id, "train", try_number=2)[-3000:]
     ti = airflow.task_instance(DAG_ID, run_id, "train")
