@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-import yaml
 
-from tests.integration.conftest import ADMIN_KUBECONFIG, SA_NAME, SA_NAMESPACE
-from tests.integration.test_trigger_faults import RUN_SECONDS, make_trigger, run_like_the_triggerer, submit_jobs
+from tests.integration.conftest import SA_NAMESPACE
+from tests.integration.test_trigger_faults import (
+    RUN_SECONDS,
+    exec_plugin_kubeconfig,
+    make_trigger,
+    run_like_the_triggerer,
+    submit_jobs,
+)
 
 FLAKY_PLUGIN = Path(__file__).with_name("flaky_exec_plugin.py")
 
@@ -29,26 +33,14 @@ def flaky_plugin_kubeconfig(service_account_kubeconfig: Path, tmp_path: Path, la
     """The service account's kubeconfig authenticating through the flaky plugin; (kubeconfig, mode file)."""
     mode_file = tmp_path / "plugin.mode"
     mode_file.write_text("ok")
-    settings = {
-        "PLUGIN_ADMIN_KUBECONFIG": str(ADMIN_KUBECONFIG),
-        "PLUGIN_NAMESPACE": SA_NAMESPACE,
-        "PLUGIN_SERVICE_ACCOUNT": SA_NAME,
-        "PLUGIN_LABEL": label,
-        "PLUGIN_LOG": str(tmp_path / "plugin-runs.jsonl"),
-        "PLUGIN_MODE_FILE": str(mode_file),
-    }
-    kubeconfig = yaml.safe_load(service_account_kubeconfig.read_text())
-    kubeconfig["users"][0]["user"] = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "command": sys.executable,
-            "args": [str(FLAKY_PLUGIN)],
-            "env": [{"name": key, "value": value} for key, value in settings.items()],
-            "interactiveMode": "Never",
-        }
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(kubeconfig))
+    path = exec_plugin_kubeconfig(
+        service_account_kubeconfig,
+        tmp_path / "kubeconfig",
+        tmp_path / "plugin-runs.jsonl",
+        label,
+        FLAKY_PLUGIN,
+        PLUGIN_MODE_FILE=str(mode_file),
+    )
     return path, mode_file
 
 

@@ -179,8 +179,16 @@ def test_twenty_triggers_get_their_events_across_an_api_server_restart_without_a
 # -- 3. credentials revoked mid-wait -------------------------------------------------------------------
 
 
-def exec_plugin_kubeconfig(service_account_kubeconfig: Path, path: Path, plugin_log: Path, label: str) -> Path:
-    """The service account's kubeconfig, its static token replaced by ``exec_token_plugin.py``."""
+def exec_plugin_kubeconfig(
+    service_account_kubeconfig: Path,
+    path: Path,
+    plugin_log: Path,
+    label: str,
+    plugin: Path = PLUGIN,
+    **more_settings: str,
+) -> Path:
+    """The service account's kubeconfig, its static token replaced by ``exec_token_plugin.py`` (or
+    ``plugin``, a wrapper of it, given ``more_settings`` as its environment too)."""
     kubeconfig = yaml.safe_load(service_account_kubeconfig.read_text())
     settings = {
         "PLUGIN_ADMIN_KUBECONFIG": str(ADMIN_KUBECONFIG),
@@ -188,12 +196,13 @@ def exec_plugin_kubeconfig(service_account_kubeconfig: Path, path: Path, plugin_
         "PLUGIN_SERVICE_ACCOUNT": SA_NAME,
         "PLUGIN_LABEL": label,
         "PLUGIN_LOG": str(plugin_log),
+        **more_settings,
     }
     kubeconfig["users"][0]["user"] = {
         "exec": {
             "apiVersion": "client.authentication.k8s.io/v1",
             "command": sys.executable,
-            "args": [str(PLUGIN)],
+            "args": [str(plugin)],
             "env": [{"name": key, "value": value} for key, value in settings.items()],
             "interactiveMode": "Never",
         }
