@@ -204,3 +204,49 @@ def test_training_runtime_kinds():
         "ClusterTrainingRuntime": ("clustertrainingruntimes", False),
         "TrainingRuntime": ("trainingruntimes", True),
     }
+
+
+def test_a_kind_added_to_the_table_alone_is_built_validated_submitted_and_waited_for(monkeypatch) -> None:
+    """Adding a kind touches kinds.py only: a fake kind, one table entry, runs end to end through the
+    generic operator (builder, validation, naming, the sync wait, the ending) without another change."""
+    from dataclasses import replace
+
+    from airflow_provider_disttrain import kinds
+    from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+    from airflow_provider_disttrain.parameters import WaitPolicy
+    from tests.unit.fakes import FakeTrainingJobHook, make_context, running_status, succeeded_status, with_hook
+
+    fake = replace(
+        kinds.JOB_KINDS["PyTorchJob"],
+        kind="FakeJob",
+        group="fake.example.com",
+        version="v1alpha1",
+        plural="fakejobs",
+        replica_specs_key="fakeReplicaSpecs",
+        container_name="fake",
+        builder_leader_replica=None,
+        leader_replica=None,
+        replica_types=frozenset({"Worker"}),
+    )
+    monkeypatch.setitem(kinds.JOB_KINDS, "FakeJob", fake)
+    hook = FakeTrainingJobHook(progression=[running_status(leader="Worker"), succeeded_status(leader="Worker")])
+    task = with_hook(
+        TrainingJobOperator(
+            task_id="train", kind="fakejob", image="t:1", num_workers=3, wait_policy=WaitPolicy(poll_interval=0.01)
+        ),
+        hook,
+    )
+
+    result = task.execute(make_context())
+
+    [(args, _)] = hook.called("create_job")
+    manifest = args[1]
+    assert (manifest["apiVersion"], manifest["kind"]) == ("fake.example.com/v1alpha1", "FakeJob")
+    worker = manifest["spec"]["fakeReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 3
+    assert worker["template"]["spec"]["containers"][0] == {
+        "name": "fake",
+        "image": "t:1",
+        "ports": [{"name": fake.port_name, "containerPort": fake.default_port}],
+    }
+    assert (result["kind"], result["state"]) == ("FakeJob", "succeeded")
