@@ -1,28 +1,26 @@
 """Steering a test namespace's pods to the local cluster's executing node (dev/cluster/noderunner).
 
 The executing node carries the taint ``disttrain.dev/executing=true:NoSchedule``, so no pod lands on it
-by accident. A namespace annotated here gets, through the API server's PodNodeSelector and
+by accident. A namespace annotated by ``steer_to_executing_node`` (shared with the demo:
+dev/demo/cluster_setup.py) gets, through the API server's PodNodeSelector and
 PodTolerationRestriction admission plugins, a node selector and a toleration on every pod created in
 it: the DAGs and manifests under test stay as users write them.
 """
 
 from __future__ import annotations
 
-import json
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "demo"))
+
+from cluster_setup import steer_to_executing_node
+
 EXEC_NODE = "disttrain-exec-0"
-EXEC_LABEL = "disttrain.dev/executing"
-NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
-TOLERATIONS_ANNOTATION = "scheduler.alpha.kubernetes.io/defaultTolerations"
-TOLERATION = {"key": EXEC_LABEL, "operator": "Exists", "effect": "NoSchedule"}
-
-
-def steer_to_executing_node(core_v1: Any, namespace: str) -> None:
-    annotations = {NODE_SELECTOR_ANNOTATION: f"{EXEC_LABEL}=true", TOLERATIONS_ANNOTATION: json.dumps([TOLERATION])}
-    core_v1.patch_namespace(namespace, {"metadata": {"annotations": annotations}})
+__all__ = ["EXEC_NODE", "finished", "steer_to_executing_node", "wait_for_pod"]
 
 
 def wait_for_pod(

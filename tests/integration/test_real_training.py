@@ -160,3 +160,50 @@ def test_train_ddp_learns_across_three_pods_and_a_new_job_resumes_from_its_check
     assert "resumed from epoch 3 (saved by a world of 3)" in resumed
     assert [int(e) for e, _, _ in EPOCH_LINE.findall(resumed)] == [4, 5]
     assert termination_message(core, executing, "ddp-more-master-0")["epochs"] == 5
+
+
+def test_a_worker_killed_mid_training_is_restarted_and_the_training_resumes_from_the_checkpoint(
+    admin_api, jobs, executing, tmp_path: Path
+):
+    """restartPolicy OnFailure: the node restarts the killed container, the other ranks' collectives fail
+    and they restart too; the new process group resumes from the epoch rank 0 checkpointed last."""
+    import os
+    import signal
+    import time
+
+    from kubernetes import client
+
+    core = client.CoreV1Api(admin_api)
+    tmp_path.chmod(0o777)
+    command = ["python", "/workspace/train_ddp.py", "--epochs", "40", "--output-dir", "/data/model"]
+    client.CustomObjectsApi(admin_api).create_namespaced_custom_object(
+        "kubeflow.org", "v1", executing, "pytorchjobs", pytorch_job("faulty", command, tmp_path)
+    )
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            if len(EPOCH_LINE.findall(pod_log(core, executing, "faulty-master-0"))) >= 3:
+                break
+        except client.exceptions.ApiException:
+            pass  # not created or not started yet
+        time.sleep(0.3)
+    worker = core.read_namespaced_pod("faulty-worker-1", executing).status.container_statuses[0]
+    os.kill(int(worker.container_id.removeprefix("noderunner://")), signal.SIGKILL)
+
+    def succeeded() -> bool:
+        found = jobs.get("pytorchjobs", executing, "faulty") or {}
+        return any(
+            c["type"] == "Succeeded" and c["status"] == "True"
+            for c in (found.get("status") or {}).get("conditions") or []
+        )
+
+    jobs.wait_for(succeeded, TIMEOUT, "the job to succeed after the restart")
+    restarted = core.read_namespaced_pod("faulty-worker-1", executing).status.container_statuses[0]
+    assert restarted.restart_count >= 1
+    assert restarted.last_state.terminated.exit_code == 137
+    log = pod_log(core, executing, "faulty-master-0")
+    resumed = re.search(r"resumed from epoch (\d+)", log)
+    assert resumed, log
+    epochs = [int(e) for e, _, _ in EPOCH_LINE.findall(log)]
+    assert epochs == list(range(int(resumed.group(1)) + 1, 41))
+    assert int(resumed.group(1)) >= 3

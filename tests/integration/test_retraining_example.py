@@ -1,0 +1,77 @@
+"""The retraining example (example_dags/retraining_pipeline.py) for real on the executing node: the
+prepared dataset reaches the pods through the shared volume, train_ddp.py learns on it across Master +
+2 Workers, ``evaluate`` computes the held-out accuracy from the model file training wrote, and
+``promote_model`` copies that model to production. Only the set-up is the test's: a namespace steered to
+the executing node, the ``training-data`` claim bound to a hostPath volume, and where the Airflow worker
+sees that volume (``DISTTRAIN_SHARED_STORAGE``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "dev" / "demo"))
+
+from cluster_setup import ensure_training_volume, shared_storage  # noqa: E402
+
+from tests.integration.executing_node import steer_to_executing_node  # noqa: E402
+
+DAG_ID = "disttrain_retraining_pipeline"
+
+
+@pytest.fixture
+def example_dag(airflow_db: Path, admin_api: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+    from kubernetes import client
+
+    steer_to_executing_node(client.CoreV1Api(admin_api), namespace)
+    ensure_training_volume(admin_api, namespace)
+    storage = shared_storage(namespace)
+    shutil.rmtree(storage, ignore_errors=True)
+    monkeypatch.setenv("DISTTRAIN_SHARED_STORAGE", str(storage))
+    # The demo and the test run the pods on this machine: the image is the executing node's stand-in.
+    monkeypatch.setenv("DISTTRAIN_PYTORCH_IMAGE", "disttrain-pytorch:local")
+    target = airflow_db / "examples"
+    target.mkdir(exist_ok=True)
+    shutil.copy(REPO / "example_dags" / "retraining_pipeline.py", target)
+    bag = DagBag(str(target / "retraining_pipeline.py"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.get_dag(DAG_ID)
+
+
+def test_the_example_trains_for_real_evaluates_the_model_it_wrote_and_promotes_it(example_dag, namespace):
+    from tests.integration.conftest import DagRunResult
+
+    result = DagRunResult(example_dag.test(logical_date=None))
+
+    assert result.state == "success", result.task_states
+    assert result.task_state("promote_model") == "success"
+    assert result.task_state("keep_current_model") == "skipped"
+    storage = shared_storage(namespace)
+    data = result.xcom("prepare_data")
+    metrics = result.xcom("train")["metrics"]
+    assert metrics["world_size"] == 3 and metrics["epochs"] == 3 and metrics["accuracy"] > 0.9
+    production = storage / "production"
+    assert result.xcom("promote_model") == str(production / "model.pt")
+    trained = storage / "models" / data["run"]
+    assert (production / "model.json").read_text() == (trained / "model.json").read_text()
+    assert json.loads((production / "PROMOTED.json").read_text())["run"] == data["run"]
+    assert (storage / "checkpoints" / data["run"] / "train" / "checkpoint.pt").exists()
+
+    # Negative controls, through the example's own evaluate: an untrained and a corrupted model file.
+    evaluate = example_dag.get_task("evaluate").python_callable
+    job = result.xcom("train")
+    assert evaluate(job, data) == "promote_model"
+    model = json.loads((trained / "model.json").read_text())
+    for layer in model["layers"]:
+        layer["weight"] = [[0.0] * len(row) for row in layer["weight"]]
+    (trained / "model.json").write_text(json.dumps(model))
+    assert evaluate(job, data) == "keep_current_model"  # it predicts one class for everything
+    (trained / "model.json").write_text("not a model")
+    assert evaluate(job, data) == "keep_current_model"
