@@ -1,15 +1,35 @@
-"""Weekly retraining: prepare data -> train a PyTorchJob on GPUs (deferrable) -> evaluate -> promote or not.
+"""Weekly retraining: prepare data -> train a PyTorchJob (deferrable) -> evaluate the model -> promote or not.
 
-The training step's result (state, duration, replica statuses, and ``metrics``: the JSON object
-the Master's ``train_ddp.py`` wrote to its termination message) comes back through XCom; the
-evaluation promotes the model only when the job succeeded and ``metrics["accuracy"]`` is high enough.
+The data and the model travel through storage that both this Airflow worker and the training pods
+reach: the pods mount the ``training-data`` claim at ``/mnt/shared``; the worker sees the same files
+under ``SHARED_STORAGE`` (a ReadWriteMany volume mounted on the workers; with an object store, the
+same steps read and write through Airflow's ``ObjectStoragePath``). Each run works in its own
+directory, named after the run id (so runs without a logical date work too):
+
+* ``prepare_data`` writes ``train.csv`` and a held-out ``holdout.csv`` (here generated; in a real
+  pipeline, this week's snapshot);
+* ``train`` runs ``train_ddp.py`` on Master + 2 Workers; it checkpoints every epoch to a directory
+  of this task instance, the same across the task's retries (a retry resumes there), and the
+  Master writes ``model.pt``, ``model.json`` and its metrics (its termination message, which comes
+  back through XCom as ``metrics``);
+* ``evaluate`` loads ``model.json`` and computes the accuracy on the held-out rows itself, besides
+  reading the trainer's reported metrics, and promotes the model only when both are good enough;
+* ``promote_model`` copies the model to ``production/`` and records where it came from.
+
 Point ``kubernetes_default`` at your cluster and build the image from ``training/pytorch/``.
 """
 
 from __future__ import annotations
 
+import csv
+import json
+import math
 import os
+import random
+import re
+import shutil
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pendulum
@@ -19,14 +39,32 @@ from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
 
 IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
+# The shared volume as the pods mount it, and as this Airflow worker reaches it.
+POD_SHARED = "/mnt/shared"
+SHARED_STORAGE = Path(os.environ.get("DISTTRAIN_SHARED_STORAGE", POD_SHARED))
 SHARED_VOLUME = {"name": "shared", "persistentVolumeClaim": {"claimName": "training-data"}}
-SHARED_MOUNT = {"name": "shared", "mountPath": "/mnt/shared"}
+SHARED_MOUNT = {"name": "shared", "mountPath": POD_SHARED}
 MIN_ACCURACY = 0.80
-# The local test cluster (kwok) runs no containers: there the pods "write" their termination message
-# through this annotation, which the simulated kubelet reads, filled from the Airflow Variable
-# ``disttrain_simulated_metrics`` (the demo and the tests set it). A real cluster runs train_ddp.py,
-# which writes the message itself; the annotation is then empty and nothing reads it.
-SIMULATED_METRICS = {"disttrain.test/termination-message": "{{ var.value.get('disttrain_simulated_metrics', '') }}"}
+FEATURES = 8
+
+
+def run_directory(run_id: str) -> str:
+    """A directory name for the run (run ids hold ':' and '+')."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
+
+
+def predict(model: dict[str, Any], features: list[float]) -> int:
+    """train_ddp.py's model (Linear, ReLU, Linear) from its ``model.json``: the class with the highest output."""
+    hidden_layer, output_layer = model["layers"]
+    hidden = [
+        max(0.0, sum(w * x for w, x in zip(row, features, strict=True)) + b)
+        for row, b in zip(hidden_layer["weight"], hidden_layer["bias"], strict=True)
+    ]
+    outputs = [
+        sum(w * h for w, h in zip(row, hidden, strict=True)) + b
+        for row, b in zip(output_layer["weight"], output_layer["bias"], strict=True)
+    ]
+    return max(range(len(outputs)), key=outputs.__getitem__)
 
 
 @dag(
@@ -40,9 +78,29 @@ SIMULATED_METRICS = {"disttrain.test/termination-message": "{{ var.value.get('di
 )
 def retraining_pipeline() -> None:
     @task
-    def prepare_data(ds: str | None = None) -> str:
-        """Snapshot this week's training data; returns the dataset path the job reads."""
-        return f"/mnt/shared/datasets/{ds}/train.pt"
+    def prepare_data(run_id: str | None = None) -> dict[str, str]:
+        """This run's dataset: two classes split by a hyperplane through 8 features, 80 % to train on."""
+        assert run_id is not None
+        name = run_directory(run_id)
+        directory = SHARED_STORAGE / "datasets" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        generator = random.Random(name)
+        weights = [generator.uniform(-1, 1) for _ in range(FEATURES)]
+        rows = []
+        for _ in range(2500):
+            features = [round(generator.gauss(0, 1), 5) for _ in range(FEATURES)]
+            rows.append([*features, int(sum(w * x for w, x in zip(weights, features, strict=True)) > 0)])
+        header = [f"f{i}" for i in range(FEATURES)] + ["label"]
+        for file_name, part in (("train.csv", rows[:2000]), ("holdout.csv", rows[2000:])):
+            with (directory / file_name).open("w", newline="") as file:
+                csv.writer(file).writerows([header, *part])
+        print(f"wrote {len(rows)} rows to {directory}")
+        return {
+            "run": name,
+            "train_data": f"{POD_SHARED}/datasets/{name}/train.csv",
+            "model_dir": f"{POD_SHARED}/models/{name}",
+            "checkpoint_dir": f"{POD_SHARED}/checkpoints/{name}/train",
+        }
 
     dataset = prepare_data()
 
@@ -52,18 +110,20 @@ def retraining_pipeline() -> None:
         command=["python", "/workspace/train_ddp.py"],
         args=[
             "--data",
-            "{{ ti.xcom_pull(task_ids='prepare_data') }}",
+            "{{ ti.xcom_pull(task_ids='prepare_data')['train_data'] }}",
             "--epochs",
             "3",
             "--output-dir",
-            "/mnt/shared/models/{{ ds }}",
+            "{{ ti.xcom_pull(task_ids='prepare_data')['model_dir'] }}",
+            "--checkpoint-dir",
+            "{{ ti.xcom_pull(task_ids='prepare_data')['checkpoint_dir'] }}",
         ],
         num_workers=2,
         gpus_per_replica=1,
         replica_resources={"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}},
         deferrable=True,
+        stream_logs=True,  # the Master's log (one line per epoch) in this task's log while it trains
         execution_timeout=timedelta(hours=6),
-        annotations=SIMULATED_METRICS,
         run_policy=RunPolicy(clean_pod_policy="Running"),
         pod_options=PodOptions(shm_size="2Gi", volumes=[SHARED_VOLUME], volume_mounts=[SHARED_MOUNT]),
         wait_policy=WaitPolicy(startup_timeout=timedelta(minutes=30)),
@@ -72,31 +132,50 @@ def retraining_pipeline() -> None:
     dataset >> train
 
     @task.branch
-    def evaluate(result: dict[str, Any]) -> str:
-        """Promote when the job succeeded on every replica and the model is accurate enough."""
+    def evaluate(result: dict[str, Any], data: dict[str, str]) -> str:
+        """Promote when the job succeeded on every replica and the model it wrote is accurate on held-out data."""
         failed_replicas = sum(counts["failed"] for counts in result["replica_statuses"].values())
         print(f"Job {result['name']}: {result['state']} in {result['duration_seconds']}s, {failed_replicas} failed")
         if result["state"] != "succeeded" or failed_replicas:
             return "keep_current_model"
-        accuracy = (result.get("metrics") or {}).get("accuracy")
-        if accuracy is None:
-            # The task log says why (no termination message, not JSON, leader pod gone).
-            print("The training reported no accuracy: keeping the current model")
+        print(f"the trainer reports {result.get('metrics')}")
+        model_file = SHARED_STORAGE / "models" / data["run"] / "model.json"
+        try:
+            model = json.loads(model_file.read_text())
+            with (SHARED_STORAGE / "datasets" / data["run"] / "holdout.csv").open(newline="") as file:
+                rows = [[float(cell) for cell in row] for row in list(csv.reader(file))[1:]]
+            correct = sum(predict(model, row[:-1]) == int(row[-1]) for row in rows)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"cannot evaluate {model_file}: {error!r}: keeping the current model")
             return "keep_current_model"
-        print(f"accuracy={accuracy} (threshold {MIN_ACCURACY})")
-        return "promote_model" if float(accuracy) >= MIN_ACCURACY else "keep_current_model"
+        accuracy = correct / len(rows)
+        print(f"held-out accuracy={accuracy:.4f} on {len(rows)} rows (threshold {MIN_ACCURACY})")
+        if math.isnan(accuracy) or accuracy < MIN_ACCURACY:
+            return "keep_current_model"
+        return "promote_model"
 
     @task
-    def promote_model(result: dict[str, Any]) -> str:
-        print(f"Promoting the model trained by {result['kind']} {result['namespace']}/{result['name']}")
-        return result["name"]
+    def promote_model(result: dict[str, Any], data: dict[str, str]) -> str:
+        production = SHARED_STORAGE / "production"
+        production.mkdir(parents=True, exist_ok=True)
+        for name in ("model.pt", "model.json", "metrics.json"):
+            shutil.copy2(SHARED_STORAGE / "models" / data["run"] / name, production / f".{name}.tmp")
+            os.replace(production / f".{name}.tmp", production / name)
+        record = {
+            "run": data["run"],
+            "job": f"{result['namespace']}/{result['name']}",
+            "metrics": result.get("metrics"),
+        }
+        (production / "PROMOTED.json").write_text(json.dumps(record, indent=2) + "\n")
+        print(f"Promoted the model trained by {result['kind']} {record['job']} to {production}")
+        return str(production / "model.pt")
 
     @task
     def keep_current_model() -> None:
         print("Keeping the current production model")
 
-    decision = evaluate(train.output)
-    decision >> [promote_model(train.output), keep_current_model()]
+    decision = evaluate(train.output, dataset)
+    decision >> [promote_model(train.output, dataset), keep_current_model()]
 
 
 retraining_pipeline()

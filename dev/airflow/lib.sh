@@ -43,6 +43,10 @@ DEVAIRFLOW_TRIGGER_LOG_PORT="${DEVAIRFLOW_TRIGGER_LOG_PORT:-28794}"
 
 # Where the provider's jobs go: one namespace whose service account holds exactly deploy/rbac/role.yaml.
 DEVAIRFLOW_NAMESPACE="${DEVAIRFLOW_NAMESPACE:-disttrain-airflow}"
+# Where the Airflow processes see the retraining example's shared volume: the hostPath behind the
+# namespace's `training-data` claim (dev/demo/cluster_setup.py shared_storage()), which the pods mount
+# at /mnt/shared (example_dags/retraining_pipeline.py reads DISTTRAIN_SHARED_STORAGE).
+export DISTTRAIN_SHARED_STORAGE="/tmp/disttrain-$DEVAIRFLOW_NAMESPACE"
 DEVAIRFLOW_SERVICE_ACCOUNT=airflow-disttrain
 
 # PostgreSQL from the machine's Debian package (postgresql-15).
