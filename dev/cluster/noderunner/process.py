@@ -130,7 +130,9 @@ def _pump(stream: IO[bytes], name: str, log: IO[str], lock: threading.Lock) -> N
 def _cgroup(launch: Launch) -> Path | None:
     if not CGROUP_ROOT.parent.is_dir():
         return None
-    path = CGROUP_ROOT / launch.run_dir.name
+    # One cgroup per run of one container of one pod (<pod uid>-<container>-<restart>): stopping a
+    # container kills everything in its cgroup, and no other pod's processes may be in it.
+    path = CGROUP_ROOT / f"{launch.run_dir.parent.parent.name}-{launch.run_dir.name}"
     path.mkdir(parents=True, exist_ok=True)
     if launch.memory_limit:
         (path / "memory.limit_in_bytes").write_text(str(int(quantity(launch.memory_limit))))
