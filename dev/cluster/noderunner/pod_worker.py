@@ -157,6 +157,12 @@ class PodWorker(threading.Thread):
             self._stop_all(grace=0)
             self._remove_sandbox()
             if self.deleting and not self.vanished.is_set():
+                if self.phase not in TERMINAL:
+                    # As the kubelet does before the final delete: a terminal phase lets the Job
+                    # controller remove its finalizer (batch.kubernetes.io/job-tracking) from the pod.
+                    ok = all(c.state.get("terminated", {}).get("exitCode") == 0 for c in self.containers)
+                    self.phase = "Succeeded" if ok else "Failed"
+                    self._report()
                 self._delete_pod_object()
             shutil.rmtree(self.pod_dir, ignore_errors=True)
 
