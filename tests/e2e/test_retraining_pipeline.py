@@ -13,7 +13,6 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -51,9 +50,9 @@ def test_retraining_pipeline_runs_to_success_through_the_triggerer(
     wait_until(lambda: airflow.dag_exists(DAG_ID), 120, f"the dag-processor to parse {DAG_ID}")
     airflow.unpause(DAG_ID)
 
-    # The example renders {{ ds }}, which only exists for a run with a logical date (as the UI's
-    # trigger form fills in); a run triggered with none fails on rendering.
-    run_id = airflow.trigger(DAG_ID, logical_date=datetime.now(timezone.utc).isoformat())
+    # No logical date (as a REST API trigger with "logical_date": null): the example's paths come
+    # from the run id, not from {{ ds }}.
+    run_id = airflow.trigger(DAG_ID, logical_date=None)
     runs.append((DAG_ID, run_id))
     # Watch the training task while it waits: deferred, its trigger held by a triggerer.
     seen_deferred: dict | None = None

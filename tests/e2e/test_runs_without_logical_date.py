@@ -1,7 +1,7 @@
 """Every example DAG runs when its run has no logical date, as Airflow 3 creates a run triggered through
 the REST API with ``"logical_date": null`` (and an Asset-triggered run): its templates render without
 ``ds``, ``ts`` or ``logical_date`` in the context, and the run succeeds. (The retraining example runs
-that way in test_retraining_pipeline.py once its data flow no longer needs ``ds``. The TaskFlow
+that way in test_retraining_pipeline.py, on the executing node, where it trains for real. The TaskFlow
 decorators example is left out: its functions run inside the pods, which kwok's pods do not; its
 templates need no logical date.)"""
 
