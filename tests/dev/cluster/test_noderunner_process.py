@@ -1,0 +1,61 @@
+"""A container run on the executing node is a real process in the pod's network namespace, in a memory
+cgroup of its own: stopping one pod's container never touches another pod's (the CI machine runs as
+root, as the cluster scripts need)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from noderunner import network, process
+
+NETNS = "dtpod-unittest0"
+
+
+@pytest.fixture
+def netns() -> str:
+    network.create_pod_network(NETNS, "10.244.0.254", network.NetworkConfig("10.244.0.0/24", ()))
+    yield NETNS
+    network.delete_pod_network(NETNS)
+
+
+def launch(tmp_path: Path, pod_uid: str, argv: list[str], netns: str) -> process.Launch:
+    return process.Launch(
+        netns=netns,
+        hostname=pod_uid,
+        argv=argv,
+        env={"PATH": "/usr/bin:/bin"},
+        mounts=[],
+        workdir=None,
+        uid=None,
+        gid=None,
+        groups=None,
+        memory_limit=None,
+        run_dir=tmp_path / pod_uid / "runs" / "pytorch-0",  # the same container name in both pods
+        log_file=tmp_path / f"{pod_uid}.log",
+    )
+
+
+def wait(run: process.ContainerProcess, timeout: float = 20) -> int:
+    deadline = time.monotonic() + timeout
+    while (code := run.exit_code()) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert code is not None
+    return code
+
+
+def test_stopping_one_pods_container_leaves_another_pods_container_of_the_same_name_running(tmp_path, netns):
+    short = process.start(launch(tmp_path, "pod-a", ["sh", "-c", "echo done"], netns))
+    long = process.start(launch(tmp_path, "pod-b", ["sleep", "2"], netns))
+    try:
+        assert short.cgroup != long.cgroup
+        assert wait(short) == 0
+        short.kill_all()  # what the node does with whatever a finished container left behind
+        assert long.exit_code() is None
+        assert wait(long) == 0
+        assert "stdout F done" in (tmp_path / "pod-a.log").read_text()
+    finally:
+        for run in (short, long):
+            run.kill_all()
+            run.release()
