@@ -41,13 +41,12 @@ class Node:
                     if not worker.is_alive():
                         del self.workers[uid]
             for uid, pod in current.items():
-                worker = self.workers.get(uid)
-                if worker is not None:
-                    worker.update(pod)
+                if uid in self.workers:
+                    self.workers[uid].update(pod)
                 else:  # a pod that finished before this runner started only waits for its deletion
-                    worker = PodWorker(self.context, pod)
-                    self.workers[uid] = worker
-                    worker.start()
+                    started = PodWorker(self.context, pod)
+                    self.workers[uid] = started
+                    started.start()
         self.refresh_hosts()
 
     def refresh_hosts(self) -> None:

@@ -25,6 +25,7 @@ from . import network
 from .environment import EnvironmentError_, command_line, container_environment, decoded_secret
 from .hosts import hosts_file, resolv_conf
 from .kube import MERGE_PATCH, ApiClient, ApiError
+from .network import AddressPool, NetworkConfig
 from .process import ContainerProcess, Launch, start, timestamp
 from .volumes import VolumeNotReady, prepare_volumes
 
@@ -44,8 +45,8 @@ class NodeContext:
     node_name: str
     node_ip: str
     capacity: dict[str, str]
-    network: network.NetworkConfig
-    addresses: network.AddressPool
+    network: NetworkConfig
+    addresses: AddressPool
     state_dir: Path
     image_env: dict[str, str]  # what the (absent) image would set, e.g. PATH
     image_mounts: list[dict[str, Any]]  # the image's files: host directories bound into every container
@@ -501,13 +502,13 @@ class PodWorker(threading.Thread):
         }
         conditions = [c for kind, c in existing.items() if kind not in ours]
         for kind, value in ours.items():
-            previous = existing.get(kind)
-            status = "True" if value else "False"
-            moved = previous is None or previous.get("status") != status
+            previous = existing.get(kind) or {}
+            condition_status = "True" if value else "False"
+            moved = previous.get("status") != condition_status
             conditions.append(
                 {
                     "type": kind,
-                    "status": status,
+                    "status": condition_status,
                     "lastProbeTime": None,
                     "lastTransitionTime": now if moved else previous["lastTransitionTime"],
                 }
