@@ -30,6 +30,7 @@ from typing import Any
 
 from airflow_provider_disttrain import clock as clocks
 from airflow_provider_disttrain.clock import Clock
+from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClientClosed
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.logs import LogCursor, leader_pods, new_lines
@@ -56,8 +57,6 @@ def _slots(cluster: Any) -> asyncio.Semaphore:
 
 
 _NANOSECONDS = 1_000_000_000
-# The generated client would send a dict as a JSON patch (its first content type); this is a merge patch.
-_MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 
 
 def encode_position(pod: str, cursor: LogCursor) -> str:
@@ -162,46 +161,41 @@ class LeaderLogFollower:
 
     async def _follow_once(self) -> str | None:
         """Stream the leader's log until the stream ends; the leader pod's phase (None: no leader yet)."""
-        import aiohttp
-        from kubernetes_asyncio import client
+        from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
 
-        async with _slots(self.cluster), self.cluster.lease() as (api, _):
-            core = client.CoreV1Api(api)
-            # The raw answer: the pods as the API server wrote them, without building models of them.
-            listing: Any = await core.list_namespaced_pod(
-                self.namespace, label_selector=f"{self.kind.job_name_label}={self.name}", _preload_content=False
-            )
-            async with listing:
-                pods = (await listing.json()).get("items") or []
-            leaders = [
-                pod for pod in leader_pods(self.kind, pods) if (pod.get("status") or {}).get("phase") != "Pending"
-            ]
-            if not leaders:
-                return None
-            pod = leaders[-1]
-            pod_name = pod["metadata"]["name"]
-            if pod_name != self.pod:  # another leader pod (an MPI launcher retried): its log from the start
-                self.pod, self.cursor = pod_name, None
-            container = self.kind.main_container_name(pod)
-            options: dict[str, Any] = {"container": container, "follow": True, "timestamps": True}
-            if self.cursor is not None:
-                # A second early (whole seconds), so no line at the cursor's time is missed; new_lines skips.
-                options["since_seconds"] = max(1, math.ceil(self.clock.wall() - self.cursor.at / _NANOSECONDS) + 1)
-            # A followed log stays open while the container runs, and a training may print nothing for
-            # long: no total or read timeout (the cncf client would put 60 s on a request given none).
-            stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
-            response: Any = await core.read_namespaced_pod_log(
-                pod_name, self.namespace, _preload_content=False, _request_timeout=stream_timeout, **options
-            )
+        async with _slots(self.cluster), self.cluster.lease() as (api, generation):
+            jobs = AsyncJobClient(api)
             try:
-                async for raw in response.content:
-                    self._write(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-                    await self._save()
-            finally:
-                response.release()
-            self._flush_drops(force=True)
-            await self._save(force=True)
-            return str((pod.get("status") or {}).get("phase"))
+                return await self._stream(jobs)
+            except Exception as error:
+                if api_status(error) == 401:  # expired credentials: the next try gets a renewed client
+                    await self.cluster.renew(generation)
+                raise
+
+    async def _stream(self, jobs: Any) -> str | None:
+        pods = await jobs.list_job_pods(self.kind, self.name, self.namespace)
+        leaders = [pod for pod in leader_pods(self.kind, pods) if (pod.get("status") or {}).get("phase") != "Pending"]
+        if not leaders:
+            return None
+        pod = leaders[-1]
+        pod_name = pod["metadata"]["name"]
+        if pod_name != self.pod:  # another leader pod (an MPI launcher retried): its log from the start
+            self.pod, self.cursor = pod_name, None
+        container = self.kind.main_container_name(pod)
+        options: dict[str, Any] = {"container": container, "follow": True, "timestamps": True}
+        if self.cursor is not None:
+            # A second early (whole seconds), so no line at the cursor's time is missed; new_lines skips.
+            options["since_seconds"] = max(1, math.ceil(self.clock.wall() - self.cursor.at / _NANOSECONDS) + 1)
+        response = await jobs.stream_pod_log(pod_name, self.namespace, **options)
+        try:
+            async for raw in response.content:
+                self._write(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                await self._save()
+        finally:
+            response.release()
+        self._flush_drops(force=True)
+        await self._save(force=True)
+        return str((pod.get("status") or {}).get("phase"))
 
     def _write(self, line: str) -> None:
         texts, cursor = new_lines(self.cursor, [line])
@@ -242,20 +236,13 @@ class LeaderLogFollower:
         now = self.clock.wall()
         if value == self._saved or (not force and now - self._saved_at < SAVE_EVERY_SECONDS):
             return
-        from kubernetes_asyncio import client
+        from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
 
         self._saved_at = now  # a refused patch is tried again only after SAVE_EVERY_SECONDS too
         try:
             async with self.cluster.lease() as (api, _):
-                await client.CustomObjectsApi(api).patch_namespaced_custom_object(
-                    self.kind.group,
-                    self.kind.version,
-                    self.namespace,
-                    self.kind.plural,
-                    self.name,
-                    {"metadata": {"annotations": {LOG_POSITION_ANNOTATION: value}}},
-                    **_MERGE_PATCH,
-                )
+                patch = {"metadata": {"annotations": {LOG_POSITION_ANNOTATION: value}}}
+                await AsyncJobClient(api).merge_patch_job(self.kind, self.name, self.namespace, patch)
         except Exception as error:  # never cuts the stream short: a restart would only re-read more
             self._note_once(f"save {type(error).__name__}", f"Could not record the log position ({error!r})")
             return

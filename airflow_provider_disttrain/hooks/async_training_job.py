@@ -1,7 +1,10 @@
 """Asynchronous Kubernetes I/O for the triggerer, on top of the cncf provider's ``AsyncKubernetesHook``.
 
-``AsyncJobClient`` holds the single-object calls (get, delete) bound to an API client: the shared
-watch's client for a trigger's reads (``hooks.shared_watch``), a short-lived one for ``on_kill``.
+``AsyncJobClient`` holds the calls a trigger makes besides the shared watch, bound to an API client:
+the shared watch's client for a trigger's reads (``hooks.shared_watch``) and its log follower's pod
+list, log stream and position patch (``live_logs``), a short-lived one for ``on_kill``. Transient
+failures are retried with the hooks' shared policy (``api_errors.retry_transient``); a log stream is
+not (its follower resumes from where it stopped).
 """
 
 from __future__ import annotations
@@ -12,9 +15,25 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from airflow_provider_disttrain.hooks.api_errors import delete_body, means_job_absent, retry_transient
 from airflow_provider_disttrain.kinds import JobKind
+
+
+async def raise_for_status(response: Any) -> None:
+    """Without ``_preload_content`` the client returns any answer; turn a refusal into its exception."""
+    if 200 <= response.status < 300:
+        return
+    body = await response.text()
+    response.release()
+    error = ApiException(status=response.status, reason=response.reason)
+    error.body = body
+    raise error
+
+
+# The generated client would send a dict as a JSON patch (its first content type); this is a merge patch.
+_MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 
 
 class AsyncJobClient:
@@ -22,6 +41,44 @@ class AsyncJobClient:
 
     def __init__(self, api_client: Any) -> None:
         self._custom = async_client.CustomObjectsApi(api_client)
+        self._core = async_client.CoreV1Api(api_client)
+
+    @retry_transient(attempts=3)
+    async def list_job_pods(self, kind: JobKind, name: str, namespace: str) -> list[dict[str, Any]]:
+        """The job's pods (by the kind's job-name label) as the API server wrote them (no models built)."""
+        listing: Any = await self._core.list_namespaced_pod(
+            namespace, label_selector=f"{kind.job_name_label}={name}", _preload_content=False
+        )
+        async with listing:
+            await raise_for_status(listing)
+            return list((await listing.json()).get("items") or [])
+
+    async def stream_pod_log(self, pod: str, namespace: str, **options: Any) -> Any:
+        """The raw response of a pod's log request (``follow``, ``timestamps``, ``since_seconds``...):
+        read its ``content`` and ``release()`` it. Open while the container runs and a training may
+        print nothing for long: no total or read timeout (the cncf client puts 60 s on a request
+        given none)."""
+        import aiohttp
+
+        stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
+        response = await self._core.read_namespaced_pod_log(
+            pod, namespace, _preload_content=False, _request_timeout=stream_timeout, **options
+        )
+        await raise_for_status(response)
+        return response
+
+    @retry_transient(attempts=3)
+    async def merge_patch_job(self, kind: JobKind, name: str, namespace: str, patch: dict[str, Any]) -> None:
+        """A JSON merge patch of the job (the generated client would send a dict as a JSON patch)."""
+        await self._custom.patch_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
+            patch,
+            **_MERGE_PATCH,
+        )
 
     @retry_transient(attempts=3)
     async def get_job(self, kind: JobKind, name: str, namespace: str) -> dict[str, Any] | None:

@@ -44,6 +44,7 @@ from airflow_provider_disttrain import clock as clocks
 from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import describe_error
+from airflow_provider_disttrain.hooks.async_training_job import raise_for_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.faults import Action, Fault, classify
 from airflow_provider_disttrain.kinds import JobKind
@@ -380,7 +381,7 @@ class SharedWatch:
                     **self._selectors(),
                 )
                 try:
-                    await _raise_for_status(response)
+                    await raise_for_status(response)
                     page: dict[str, Any] = json.loads(await response.read())
                 finally:
                     response.release()
@@ -427,7 +428,7 @@ class SharedWatch:
                 self.kind.group, self.kind.version, self.key.namespace, self.kind.plural, **options
             )
             try:
-                await _raise_for_status(response)
+                await raise_for_status(response)
                 # Healthy once the server speaks (an event, a bookmark, or the end at timeoutSeconds):
                 # a proxy that accepts the request and then stays silent is not.
                 while line := await asyncio.wait_for(response.content.readline(), SILENCE_LIMIT_SECONDS):
@@ -466,19 +467,6 @@ class SharedWatch:
         async with self.cluster.lease() as (api, _):
             self.requests["get"] += 1
             return await AsyncJobClient(api).get_job(self.kind, name, self.key.namespace)
-
-
-async def _raise_for_status(response: Any) -> None:
-    """Without ``_preload_content`` the client returns any answer; turn a refusal into its exception."""
-    if 200 <= response.status < 300:
-        return
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    body = await response.text()
-    response.release()
-    error = ApiException(status=response.status, reason=response.reason)
-    error.body = body
-    raise error
 
 
 class WatchRegistry:

@@ -262,3 +262,28 @@ async def test_cancelled_triggers_leave_nothing_running(apiserver: Any) -> None:
     assert len(apiserver.requests) == requests
     gc.collect()
     assert [s for s in gc.get_objects() if isinstance(s, aiohttp.ClientSession) and not s.closed] == []
+
+
+async def test_the_followers_requests_get_the_hooks_retry_and_renew_credentials_on_401(
+    apiserver: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    """Issue 16: live_logs listed pods, streamed and patched with kubernetes_asyncio directly, without the
+    hooks' retry of transient answers or a client renewal on 401."""
+    from airflow_provider_disttrain.hooks.shared_watch import registry
+
+    add_pods(apiserver)
+    await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("epoch 1 loss=0.5"))
+    apiserver.fail_next("pods", 503, reason="ServiceUnavailable")  # retried within the same try
+    apiserver.fail_next("log", 401, reason="Unauthorized")  # the token expired: a renewed client goes on
+    await apiserver.put(job(running_status()))
+    task = await started(make_trigger(apiserver, stream_logs=True), apiserver)
+
+    await until(lambda: said(logged) == ["epoch 1 loss=0.5"])
+    [cluster] = registry().clusters.values()
+    await apiserver.end_log(NAMESPACE, MASTER)
+    await apiserver.put(job(succeeded_status()))
+
+    assert (await task)["status"] == "success"
+    assert apiserver.count("pods") >= 3  # the 503, its retry, and the list after the 401
+    assert cluster.generation >= 2
+    assert not [e for e in logged if "ServiceUnavailable" in str(e.get("event"))]  # the retry kept it quiet
