@@ -244,7 +244,7 @@ async def test_cancelled_triggers_leave_nothing_running(apiserver: Any) -> None:
         await apiserver.put(labelled)
     before = asyncio.all_tasks()
     gc.collect()
-    sessions_before = {id(s) for s in gc.get_objects() if isinstance(s, aiohttp.ClientSession)}  # other tests'
+    sessions_before = {id(s) for s in gc.get_objects() if type(s) is aiohttp.ClientSession}  # other tests'
     tasks = [
         asyncio.create_task(run_once(make_trigger(apiserver, name=name, uid=f"uid-{name}", stream_logs=True)))
         for name in names
@@ -263,7 +263,7 @@ async def test_cancelled_triggers_leave_nothing_running(apiserver: Any) -> None:
     assert apiserver.open_log_streams == 0 and apiserver.open_watches == 0
     assert len(apiserver.requests) == requests
     gc.collect()
-    open_sessions = [s for s in gc.get_objects() if isinstance(s, aiohttp.ClientSession) and not s.closed]
+    open_sessions = [s for s in gc.get_objects() if type(s) is aiohttp.ClientSession and not s.closed]
     assert [s for s in open_sessions if id(s) not in sessions_before] == []
 
 
