@@ -21,6 +21,13 @@ from typing import Any
 from airflow_provider_disttrain.outcome import JobRef, check_job, seconds_to_deadline
 from airflow_provider_disttrain.status import JobState, parse_time
 
+# Airflow 3 (through 3.3) does not time a deferred task out by its execution_timeout: the execution API
+# sets the deferral's trigger_timeout only from the ``timeout`` given to ``defer``. The trigger enforces
+# execution_timeout (its execution deadline); the deferral timeout, this much later, is a backstop for a
+# trigger that never reports (triggerer down), so the job is still deleted. The scheduler looks for
+# timed-out deferrals every [scheduler] trigger_timeout_check_interval (15 s by default).
+DEFERRAL_BACKSTOP = timedelta(minutes=2)
+
 
 @dataclass(frozen=True)
 class Deadlines:
@@ -101,7 +108,7 @@ class Deadlines:
             execution_deadline=self.execution,
         )
 
-    def deferral_timeout(self, *, now: float, backstop: timedelta) -> timedelta | None:
+    def deferral_timeout(self, *, now: float, backstop: timedelta = DEFERRAL_BACKSTOP) -> timedelta | None:
         """The scheduler's deferral timeout: ``backstop`` after the execution deadline (None without one)."""
         if self.execution is None:
             return None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, conf
@@ -55,14 +54,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-
-# Airflow 3 (through 3.3) does not time a deferred task out by its execution_timeout: the execution API
-# sets the deferral's trigger_timeout only from the ``timeout`` given to ``defer``. The trigger enforces
-# execution_timeout (its execution deadline); the deferral timeout, this much later, is a backstop for a
-# trigger that never reports (triggerer down), so the job is still deleted. The scheduler looks for
-# timed-out deferrals every [scheduler] trigger_timeout_check_interval (15 s by default).
-DEFERRAL_BACKSTOP = timedelta(minutes=2)
-
 
 class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     """Submit one Kubeflow training job and wait until it finishes; what every kind's operator shares.
@@ -407,7 +398,7 @@ class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             ),
             method_name="execute_complete",
             kwargs={"job_uid": self._job_ref.uid, "reattached": reattached},
-            timeout=deadlines.deferral_timeout(now=self.wall_clock(), backstop=DEFERRAL_BACKSTOP),
+            timeout=deadlines.deferral_timeout(now=self.wall_clock()),
         )
 
     def _wait(self, hook: TrainingJobHook, ref: JobRef, deadlines: Deadlines) -> dict[str, Any]:
