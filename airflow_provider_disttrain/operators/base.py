@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 
+
 class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
     """Submit one Kubeflow training job and wait until it finishes; what every kind's operator shares.
 

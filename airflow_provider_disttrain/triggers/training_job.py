@@ -39,6 +39,12 @@ PROVIDER_JOB_LABEL = TASK_INSTANCE_LABEL
 """Every job the provider creates carries it; the shared watch selects on its presence."""
 PROVIDER_JOB_SELECTOR = PROVIDER_JOB_LABEL
 _ACCESS_DENIED_GRACE_SECONDS = 30.0
+SETTLE_SECONDS = 10.0
+"""A trigger's event comes no sooner than this after its ``run()`` started. Airflow 3.3's scheduler fails
+a deferred task whose trigger fired before it had drained the executor's stale SUCCESS of the deferring
+try (the resumed try has the same key): apache/airflow#71580 and #72716, fixes #71579 and #72767 open.
+A job that ends within seconds of the deferral (a quick job, a job already finished when a retry took
+it over) would lose its task that way. Remove once the supported Airflow versions have the fix."""
 _KILL_TIMEOUT_SECONDS = 30
 
 
@@ -207,6 +213,8 @@ class TrainingJobTrigger(BaseTrigger):
         self._waiting_reason = await self._workload.follow(job, self.connection, subscription, options, self.log)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        clock = self._clock()
+        started = clock.monotonic()
         ended = False
         try:
             outcome = await self._wait_until_done()
@@ -221,6 +229,8 @@ class TrainingJobTrigger(BaseTrigger):
             # the one saved at most SAVE_EVERY_SECONDS ago lets the next trigger read on.
             await self._stop_following_logs(save=ended)
             await self._workload.stop()
+        if (early := SETTLE_SECONDS - (clock.monotonic() - started)) > 0:
+            await clock.sleep(early)
         yield TriggerEvent(outcome)
 
     async def _wait_until_done(self) -> dict[str, Any]:

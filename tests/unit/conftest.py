@@ -31,6 +31,17 @@ _ApiServerLoader.yaml_implicit_resolvers = {
 }
 
 
+@pytest.fixture(autouse=True)
+def no_trigger_settle(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trigger's settle time (a workaround for an Airflow scheduler race) is its own story, told in
+    tests/unit/triggers/test_training_job_settle.py; every other story sees events when they happen."""
+    if "trigger_settle" in request.keywords:
+        return
+    from airflow_provider_disttrain.triggers import training_job
+
+    monkeypatch.setattr(training_job, "SETTLE_SECONDS", 0.0)
+
+
 def fixture_path(relative: str) -> Path:
     """Path of a file under ``tests/fixtures``, e.g. ``fixture_path("manifests/pytorchjob.yaml")``."""
     path = FIXTURES_DIR / relative
