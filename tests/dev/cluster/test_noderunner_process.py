@@ -15,7 +15,12 @@ NETNS = "dtpod-unittest0"
 
 @pytest.fixture
 def netns() -> str:
-    network.create_pod_network(NETNS, "10.244.0.254", network.NetworkConfig("10.244.0.0/24", ()))
+    # The host side as the runner sets it up (idempotent), so the test needs no running cluster; a
+    # namespace an interrupted run left behind is removed first.
+    config = network.NetworkConfig("10.244.0.0/24", ())
+    network.set_up_host(config)
+    network.delete_pod_network(NETNS)
+    network.create_pod_network(NETNS, "10.244.0.254", config)
     yield NETNS
     network.delete_pod_network(NETNS)
 
