@@ -276,11 +276,14 @@ class FakeApiServer:
                 async with self._changed:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._changed.wait(), min(left, max(0.0, next_bookmark - loop.time())))
-                if bookmarks and self.bookmark_interval and loop.time() >= next_bookmark:
-                    # Every bookmark_interval of the watch's life, whatever happened meanwhile.
+                if self.bookmark_interval and loop.time() >= next_bookmark:
+                    # Every bookmark_interval of the watch's life, whatever happened meanwhile. The clock
+                    # moves on also for a watch that asked for none: else the wait above would time out
+                    # at once forever (a hot loop in which virtual time never advances).
                     next_bookmark += self.bookmark_interval
-                    mark = {"kind": "PyTorchJob", "metadata": {"resourceVersion": str(sent)}}
-                    await response.write(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
+                    if bookmarks:
+                        mark = {"kind": "PyTorchJob", "metadata": {"resourceVersion": str(sent)}}
+                        await response.write(json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n")
             return response
         finally:
             self.open_watches -= 1
