@@ -31,6 +31,20 @@ _ApiServerLoader.yaml_implicit_resolvers = {
 }
 
 
+UNIT_TEST_TIMEOUT_SECONDS = 120
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A unit test that hangs fails the run at once, with every thread's stack, instead of holding CI
+    until its overall limit. The thread method, because pytest-timeout's default (SIGALRM raising
+    into the main thread) is swallowed by a running event loop, which logs the exception of the
+    callback it interrupted and goes on."""
+    unit_dir = Path(__file__).resolve().parent
+    for item in items:
+        if unit_dir in item.path.parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TEST_TIMEOUT_SECONDS, method="thread"))
+
+
 @pytest.fixture(autouse=True)
 def no_trigger_settle(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The trigger's settle time (a workaround for an Airflow scheduler race) is its own story, told in
@@ -86,9 +100,45 @@ async def virtual_clock() -> AsyncIterator[LoopClock]:
     # Virtual time goes on from the loop's real time, so timers set before keep their order. The loop
     # polls its sockets this many times before it jumps: on a loaded machine the kernel may deliver a
     # loopback write to the other end a moment late, and the jump must not overtake it.
-    patched.setup_looptime(start=loop.time(), noop_cycles=200)
-    with patched.looptime_enabled(), clock.installed(LoopClock(loop), loop) as virtual:
-        yield virtual
+    patched.setup_looptime(start=loop.time(), noop_cycles=200, resolution=_LOOPTIME_RESOLUTION)
+    # Real time never stands still: a wait of any length takes at least one tick of the virtual clock.
+    # Without this, a timer a hair ahead of the clock (a deadline summed from floats, e.g. a watch's
+    # next bookmark at start + k * 0.2, 2e-13 s ahead) runs at once within asyncio's clock resolution
+    # without the clock moving, and a loop "while now < deadline: wait(deadline - now)" spins at 100 %
+    # CPU forever (it hung the unit suite on some days: it depends on the float values of the machine's
+    # monotonic clock).
+    selector = loop._selector  # type: ignore[attr-defined]
+    looptime_select, loop_call_at = selector.select, loop.call_at
+    selector.select = _never_shorter_than_a_tick(looptime_select)
+
+    def call_at_least_a_tick_ahead(when: float, callback: Any, *args: Any, context: Any = None) -> Any:
+        now = loop.time()
+        return loop_call_at(
+            max(when, now + _LOOPTIME_RESOLUTION) if when > now else when, callback, *args, context=context
+        )
+
+    loop.call_at = call_at_least_a_tick_ahead  # type: ignore[method-assign]
+    try:
+        with patched.looptime_enabled(), clock.installed(LoopClock(loop), loop) as virtual:
+            yield virtual
+    finally:
+        selector.select = looptime_select
+        del loop.call_at  # the class's again
+
+
+_LOOPTIME_RESOLUTION = 1e-6
+
+
+def _never_shorter_than_a_tick(select: Callable[[float | None], Any]) -> Callable[[float | None], Any]:
+    """looptime moves its clock in whole ticks (``resolution``), rounding the loop's select timeout to
+    the nearest one, so a wait for a timer less than half a tick ahead would not move it at all."""
+
+    def select_at_least_one_tick(timeout: float | None = None) -> Any:
+        if timeout is not None and 0 < timeout < _LOOPTIME_RESOLUTION:
+            timeout = _LOOPTIME_RESOLUTION
+        return select(timeout)
+
+    return select_at_least_one_tick
 
 
 @pytest.fixture

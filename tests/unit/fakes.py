@@ -17,6 +17,7 @@ import contextlib
 import copy
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -526,7 +527,28 @@ def epoch(offset: float = 0.0) -> float:
     return clock.current().wall() + offset
 
 
-def with_hook(operator: Any, hook: Any) -> Any:
-    """Give ``operator`` the fake as its (cached) ``hook``; returns the operator."""
+class ManualClock:
+    """The sync-mode wait's clock in unit tests: ``sleep`` moves it on at once, so a 10 s poll interval
+    or a 600 s deadline costs no real time (and a test that waits longer than it meant to is only
+    slow in virtual seconds, never hung)."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.now = time.time() if now is None else now  # starts at the real time: tests compare with datetime.now()
+        self.sleeps: list[float] = []
+
+    def wall(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += max(0.0, seconds)
+
+
+def with_hook(operator: Any, hook: Any, manual_clock: ManualClock | None = None) -> Any:
+    """Give ``operator`` the fake as its (cached) ``hook``, and a training job operator a ``ManualClock``
+    for its deadlines and polls (``operator.clock``); returns the operator."""
     operator.__dict__["hook"] = hook
+    if hasattr(operator, "wall_clock") and hasattr(operator, "sleep"):
+        operator.clock = manual_clock or ManualClock()
+        operator.wall_clock, operator.sleep = operator.clock.wall, operator.clock.sleep
     return operator

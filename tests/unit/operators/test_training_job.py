@@ -233,8 +233,10 @@ def test_delete_on_finish(delete_on_finish: str, final: str, deleted: bool) -> N
 def test_startup_timeout_fails_the_task_and_deletes_the_job() -> None:
     hook = progressing(queued_status())
 
+    task = make_operator(hook, job_name="train-abc", wait_policy=WaitPolicy(poll_interval=0.01, startup_timeout=0.05))
+
     with pytest.raises(JobTimeoutError) as raised:
-        make_operator(hook, job_name="train-abc", wait_policy=WaitPolicy(startup_timeout=0.05)).execute(make_context())
+        task.execute(make_context())
 
     message = str(raised.value)
     assert "did not start within startup_timeout" in message
@@ -250,7 +252,7 @@ def test_startup_timeout_keeps_the_job_when_asked_to() -> None:
         make_operator(
             hook,
             job_name="train-abc",
-            wait_policy=WaitPolicy(startup_timeout=0.05),
+            wait_policy=WaitPolicy(poll_interval=0.01, startup_timeout=0.05),
             cleanup_policy=CleanupPolicy(on_timeout=False),
         ).execute(make_context())
 

@@ -146,7 +146,7 @@ def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
     # Held for 20 polls (0.2 s), four times the startup limit: the job still runs and succeeds.
     hook = FakeTrainingJobHook(progression=[held_status()] * 20 + [released_status(), succeeded_status()])
     add_workload_once_created(hook)
-    task = operator(hook, local_queue="default", wait_policy=WaitPolicy(startup_timeout=0.05))
+    task = operator(hook, local_queue="default", wait_policy=WaitPolicy(poll_interval=0.01, startup_timeout=0.05))
 
     with structlog.testing.capture_logs() as logs:
         result = task.execute(make_context())
@@ -167,7 +167,7 @@ def test_queue_timeout_fails_with_kueues_message_and_deletes_the_queued_job() ->
         hook,
         job_name="train-abc",
         local_queue="default",
-        wait_policy=WaitPolicy(queue_timeout=0.05),
+        wait_policy=WaitPolicy(poll_interval=0.01, queue_timeout=0.05),
         cleanup_policy=CleanupPolicy(on_timeout=False),
     )
 
