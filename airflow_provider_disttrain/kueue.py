@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_disttrain.conditions import condition
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.manifest.kube_rules import DNS1123_LABEL_MAX_LENGTH, is_dns1123_subdomain
 
@@ -69,13 +70,6 @@ def queue_name(obj: Mapping[str, Any]) -> str | None:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL)
 
 
-def _condition(obj: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == condition_type:
-            return condition
-    return None
-
-
 def _is(condition: Mapping[str, Any] | None, status: str) -> bool:
     return condition is not None and str(condition.get("status", "")).lower() == status
 
@@ -95,7 +89,7 @@ def held_by_kueue(job: Mapping[str, Any]) -> bool:
     trigger can tell from the job alone. A labelled job on a cluster without Kueue is never suspended,
     so it is never "held".
     """
-    return queue_name(job) is not None and _is(_condition(job, "Suspended"), "true")
+    return queue_name(job) is not None and _is(condition(job, "Suspended"), "true")
 
 
 def admitted_at(job: Mapping[str, Any]) -> float | None:
@@ -107,7 +101,7 @@ def admitted_at(job: Mapping[str, Any]) -> float | None:
     """
     if queue_name(job) is None:
         return None
-    suspended = _condition(job, "Suspended")
+    suspended = condition(job, "Suspended")
     return _epoch(suspended.get("lastTransitionTime")) if _is(suspended, "false") and suspended else None
 
 
@@ -145,7 +139,7 @@ def workload_of(workloads: Iterable[Mapping[str, Any]], job_uid: str) -> Mapping
 
 
 def is_admitted(workload: Mapping[str, Any]) -> bool:
-    return _is(_condition(workload, "Admitted"), "true")
+    return _is(condition(workload, "Admitted"), "true")
 
 
 def waiting_message(workload: Mapping[str, Any] | None) -> str | None:
@@ -160,13 +154,13 @@ def waiting_message(workload: Mapping[str, Any] | None) -> str | None:
     if is_admitted(workload):
         return None
     name = (workload.get("metadata") or {}).get("name")
-    evicted = _condition(workload, "Evicted")
-    quota = _condition(workload, "QuotaReserved")
+    evicted = condition(workload, "Evicted")
+    quota = condition(workload, "QuotaReserved")
     if _is(evicted, "true") and evicted:
         return f"Workload {name} was evicted ({evicted.get('reason')}): {evicted.get('message') or ''}".rstrip(": ")
     if _is(quota, "true"):
         cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        admitted = _condition(workload, "Admitted")
+        admitted = condition(workload, "Admitted")
         detail = (admitted or {}).get("message") or "waiting for its admission checks"
         return f"quota reserved in ClusterQueue {cluster_queue}; {detail}"
     if quota is not None and quota.get("message"):

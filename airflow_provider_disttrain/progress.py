@@ -18,15 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_disttrain.conditions import conditions
 from airflow_provider_disttrain.status import JobState, describe_state, job_result, job_state
 
 DEFAULT_INTERVAL_SECONDS = 30.0
 DEFAULT_BURST = 3
 _UNSCHEDULABLE = "unschedulable"
-
-
-def _conditions(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((job.get("status") or {}).get("conditions") or [])
 
 
 def replicas_text(job: Mapping[str, Any]) -> str:
@@ -44,7 +41,7 @@ def waiting_text(job: Mapping[str, Any], waiting_reason: str | None) -> str | No
     conditions say about unschedulable pods; None when nothing says more than the state."""
     if waiting_reason:
         return waiting_reason
-    for condition in _conditions(job):
+    for condition in conditions(job):
         text = f"{condition.get('reason') or ''} {condition.get('message') or ''}"
         if _UNSCHEDULABLE in text.lower():
             return text.strip()
@@ -54,7 +51,7 @@ def waiting_text(job: Mapping[str, Any], waiting_reason: str | None) -> str | No
 def _restart_mark(job: Mapping[str, Any]) -> str | None:
     """When the job's Restarting condition last became true (the training-operator sets it on each
     restart of a replica); None while it is not true."""
-    for condition in _conditions(job):
+    for condition in conditions(job):
         if condition.get("type") == "Restarting" and str(condition.get("status")).lower() == "true":
             return str(condition.get("lastTransitionTime") or "")
     return None
@@ -76,10 +73,6 @@ class ProgressTracker:
         self._pending: str | None = None
         self._held = 0
         self._restarts: set[str] = set()
-
-    @property
-    def restarts(self) -> int:
-        return len(self._restarts)
 
     def observe(self, job: Mapping[str, Any], *, now: float, waiting_reason: str | None = None) -> str | None:
         """The line to log for this view of the job, or None (nothing new, or held back by the throttle)."""

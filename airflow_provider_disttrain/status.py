@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_disttrain.conditions import conditions, is_true
 from airflow_provider_disttrain.kinds import JobKind, kind_of
 from airflow_provider_disttrain.kueue import describe_hold, held_by_kueue
 
@@ -41,14 +42,6 @@ class JobState(str, enum.Enum):
     @property
     def is_terminal(self) -> bool:
         return self in (JobState.SUCCEEDED, JobState.FAILED)
-
-
-def _conditions(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((job.get("status") or {}).get("conditions") or [])
-
-
-def _is_true(condition: Mapping[str, Any]) -> bool:
-    return str(condition.get("status", "")).lower() == "true"
 
 
 def _newest(conditions: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -81,7 +74,7 @@ def _deciding_condition(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The true condition the state comes from: the newest terminal one, else the newest one."""
     kind = kind_of(job)
     states = _condition_states(kind)
-    true_conditions = [c for c in _conditions(job) if _is_true(c) and c.get("type") in states]
+    true_conditions = [c for c in conditions(job) if is_true(c) and c.get("type") in states]
     terminal = [c for c in true_conditions if c.get("type") in _terminal_types(kind)]
     return _newest(terminal) or _newest(true_conditions)
 
@@ -136,12 +129,12 @@ def has_run(job: Mapping[str, Any]) -> bool:
     # The training-operator flips Running to False (reason <Kind>Suspended) only when the job was running;
     # the mpi-operator writes it on every suspension (the table's suspension_without_history_reason).
     never_ran_reason = job_kind.suspension_without_history_reason
-    for condition in _conditions(job):
+    for condition in conditions(job):
         kind = condition.get("type")
-        if kind in terminal_types and _is_true(condition):
+        if kind in terminal_types and is_true(condition):
             return True
         if kind in ("Running", "Restarting") and (
-            _is_true(condition) or never_ran_reason is None or condition.get("reason") != never_ran_reason
+            is_true(condition) or never_ran_reason is None or condition.get("reason") != never_ran_reason
         ):
             return True
     return False
@@ -149,8 +142,8 @@ def has_run(job: Mapping[str, Any]) -> bool:
 
 def failure_condition(job: Mapping[str, Any]) -> tuple[str, str] | None:
     """``(reason, message)`` of the job's Failed condition, if it has one."""
-    for condition in _conditions(job):
-        if condition.get("type") == "Failed" and _is_true(condition):
+    for condition in conditions(job):
+        if condition.get("type") == "Failed" and is_true(condition):
             return str(condition.get("reason") or ""), str(condition.get("message") or "")
     return None
 
@@ -171,10 +164,10 @@ def _times(job: Mapping[str, Any]) -> tuple[Any, Any]:
     kind = kind_of(job)
     if kind.status_has_times:
         return status.get("startTime"), status.get("completionTime")
-    conditions = _conditions(job)
-    resumed = [c for c in conditions if c.get("type") == "Suspended" and not _is_true(c)]
+    every = conditions(job)
+    resumed = [c for c in every if c.get("type") == "Suspended" and not is_true(c)]
     start = _timestamp(resumed[-1]) if resumed else (job.get("metadata") or {}).get("creationTimestamp")
-    finished = _newest([c for c in conditions if c.get("type") in _terminal_types(kind) and _is_true(c)])
+    finished = _newest([c for c in every if c.get("type") in _terminal_types(kind) and is_true(c)])
     return start or None, _timestamp(finished) if finished else None
 
 
@@ -197,7 +190,7 @@ def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
                 for key in ("type", "status", "reason", "message", "lastTransitionTime")
                 if condition.get(key) is not None
             }
-            for condition in _conditions(job)
+            for condition in conditions(job)
         ],
         "start_time": start_time,
         "completion_time": completion_time,

