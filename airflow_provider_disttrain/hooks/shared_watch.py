@@ -4,8 +4,9 @@ Hundreds of deferred training tasks wait in one triggerer process. Rather than a
 connection and a watch each, the triggers of one event loop subscribe to a ``SharedWatch``: it lists
 the jobs once, watches them with one long request, keeps the latest object of each job, and wakes the
 subscribers of a job when it changes. The provider labels every job it creates, so the watch is
-restricted to those jobs by a label selector and unrelated jobs in a busy namespace cost nothing; a
-job without the label (a sensor on a name) gets a watch of its own by field selector, shared too.
+restricted to those jobs by a label selector and unrelated jobs in a busy namespace cost nothing. Jobs
+without the label (a sensor on a name) share one unselected watch of their kind and namespace: a watch
+per name would take one pooled connection each and could starve every other watch of the cluster.
 
 Watching follows the API server's rules (the "Efficient detection of changes" section of the API
 concepts): resume from the last event's or BOOKMARK's resourceVersion; on 410 Gone relist and watch

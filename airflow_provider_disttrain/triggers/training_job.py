@@ -250,10 +250,12 @@ class TrainingJobTrigger(BaseTrigger):
             await self._stop_following_logs()  # before the subscription (and its cluster client) ends
         if outcome is not None:
             return outcome
-        # Not one of the jobs the provider labels: follow it by name instead.
-        async with subscribe(
-            connection, kind, self.namespace, self.name, field_selector=f"metadata.name={self.name}", **options
-        ) as subscription:
+        # Not one of the jobs the provider labels: follow it through the watch of every job of its kind in
+        # its namespace, shared by all such waits (a sensor on a name, an existing job). A watch per name
+        # would hold one pooled connection each: at the pool's size (100) no other watch of the cluster,
+        # labelled ones included, could get a connection. The shared watch caches only the jobs someone
+        # waits for, so a busy namespace costs its events, not memory.
+        async with subscribe(connection, kind, self.namespace, self.name, **options) as subscription:
             outcome = await self._follow(subscription, labelled_only=False)
             await self._stop_following_logs()
         assert outcome is not None  # only a labelled-only follow hands over

@@ -84,6 +84,7 @@ class FakeApiServer:
         self.hang_watches = False
         self.bookmark_interval: float | None = 60.0  # kube-apiserver's cadence on a quiet watch
         self.open_watches = 0
+        self.max_open_watches = 0  # the most watch requests open at once
         self.connections_dropped = 0  # bumped by drop_watches(): open watches are cut
         self.watches_expired = 0  # bumped by expire_watches(): open watches get an in-stream 410
         self.cut_watches = 0  # the next this many watches end in the middle of an event line
@@ -241,6 +242,7 @@ class FakeApiServer:
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         await response.prepare(request)
         self.open_watches += 1
+        self.max_open_watches = max(self.max_open_watches, self.open_watches)
         try:
             if since and since < self.compacted_below:
                 gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}

@@ -31,6 +31,7 @@ from tests.unit.fakes import (
     running_status,
     succeeded_status,
 )
+from tests.unit.waiting import until
 
 # Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
 pytestmark = pytest.mark.usefixtures("virtual_clock")
@@ -304,8 +305,33 @@ async def test_a_job_without_the_provider_label_is_followed_by_name(apiserver: A
     event = await task
 
     assert event["status"] == "success"
-    selectors = [query.get("fieldSelector") for query in apiserver.queries("list")]
-    assert selectors == [None, "metadata.name=train-abc"]
+    # The labelled watch found no such job; the namespace's watch of all PyTorchJobs has it.
+    assert [query.get("labelSelector") for query in apiserver.queries("list")] == [TASK_INSTANCE_LABEL, None]
+    assert all(query.get("fieldSelector") is None for query in apiserver.queries("list"))
+
+
+async def test_waits_on_unlabelled_jobs_share_one_watch_and_leave_the_pool_to_the_others(apiserver: Any) -> None:
+    """120 sensors on jobs someone else created, in one namespace: one watch between them, not one each.
+
+    A watch per name held a pooled connection each: at the client's pool size (100) the cluster's other
+    watches, the one that sees the provider's own jobs among them, could no longer get one."""
+    names = [f"external-{number}" for number in range(120)]
+    for name in names:
+        await apiserver.put(make_job(name, "ml", uid=f"uid-{name}", status=running_status()))
+    await apiserver.put(job(running_status()))  # the provider's own job, labelled
+    sensors = [asyncio.create_task(run_once(make_trigger(apiserver, name=name, uid=f"uid-{name}"))) for name in names]
+    ours = await started(make_trigger(apiserver), apiserver)
+    await until(lambda: len(apiserver.queries("list")) >= 2 and apiserver.open_watches == 2)
+
+    await apiserver.put(job(succeeded_status()))
+    assert (await ours)["status"] == "success"
+    for name in names:
+        await apiserver.put(make_job(name, "ml", uid=f"uid-{name}", status=succeeded_status()))
+    events = await asyncio.gather(*sensors)
+
+    assert [event["status"] for event in events] == ["success"] * len(names)
+    assert apiserver.max_open_watches == 2  # the labelled watch and the namespace's
+    assert [query.get("labelSelector") for query in apiserver.queries("list")] == [TASK_INSTANCE_LABEL, None]
 
 
 async def test_a_job_created_after_the_watch_listed_is_picked_up(apiserver: Any) -> None:
