@@ -22,13 +22,14 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_disttrain import clock as clocks
 from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
+from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import classify
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, held_by_kueue, waiting_message
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
-from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, check_job, make_outcome, seconds_to_deadline
+from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
 from airflow_provider_disttrain.progress import ProgressTracker
 from airflow_provider_disttrain.status import JobState, has_run, job_state
 
@@ -177,30 +178,25 @@ class TrainingJobTrigger(BaseTrigger):
         # Imported here so that loading the trigger class (the UI does) does not import kubernetes_asyncio.
         return self.connection.async_hook()
 
+    @property
+    def deadlines(self) -> Deadlines:
+        """The deadlines the operator computed (they travel flat in the kwargs: the stored format)."""
+        return Deadlines(startup=self.startup_deadline, queue=self.queue_deadline, execution=self.execution_deadline)
+
     def _check(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
         if job is not None and job_state(job) is JobState.RUNNING:
             # A suspended MPIJob's conditions forget that it ran; the startup limit must not return.
             self._seen_running = True
-        return check_job(
-            self.ref,
-            job,
-            now=self._clock().wall(),
-            startup_deadline=self.startup_deadline,
-            execution_deadline=self.execution_deadline,
-            has_run=self._seen_running,
-            queue_deadline=self.queue_deadline,
-            waiting_reason=self._waiting_reason,
+        return self.deadlines.check(
+            self.ref, job, now=self._clock().wall(), has_run=self._seen_running, waiting_reason=self._waiting_reason
         )
 
     def _remaining(self, job: dict[str, Any] | None) -> float | None:
-        return seconds_to_deadline(
+        return self.deadlines.seconds_left(
             job_state(job) if job else None,
             now=self._clock().wall(),
-            startup_deadline=self.startup_deadline,
-            execution_deadline=self.execution_deadline,
-            has_run=self._seen_running or (job is not None and has_run(job)),
             job=job,
-            queue_deadline=self.queue_deadline,
+            has_run=self._seen_running or (job is not None and has_run(job)),
         )
 
     async def _observe_queue(self, job: dict[str, Any] | None, subscription: Subscription) -> None:
