@@ -30,6 +30,7 @@ appear. Everything created is deleted at the end, also on Ctrl-C or an error.
     make bench-trigger-scale N=200                       # both modes, the provider in the working tree
     python bench/trigger_scale.py --jobs 1000 --git-ref HEAD   # the provider as committed
     python bench/trigger_scale.py --jobs 1000 --modes provider --steady 180
+    python bench/trigger_scale.py --jobs 200 --unlabelled     # jobs the provider did not create (a sensor)
 
 On the 2-core machine N=200 takes about 12 min for both modes, N=1000 about 22 min: the
 training-operator's pace in creating the pods (about 4 jobs/s) and in marking jobs finished sets it.
@@ -415,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--git-ref", help="measure the provider as committed at this ref (default: working tree)")
     parser.add_argument("--kubeconfig", type=Path, default=REPO / ".devcluster" / "kubeconfig", help="admin")
     parser.add_argument("--no-progress", action="store_true", help="triggers write no progress lines (for the cost)")
+    parser.add_argument(
+        "--unlabelled", action="store_true", help="jobs without the provider's labels (the sensor-on-a-name path)"
+    )
     parser.add_argument("--stream-logs", action="store_true", help="triggers follow the leader's log (stream_logs)")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -423,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steady < 30:
         parser.error("--steady must be >= 30 seconds (a watch renewal or a few polls must fit)")
 
-    cluster = Cluster(args.kubeconfig)
+    cluster = Cluster(args.kubeconfig, labelled=not args.unlabelled)
     results: dict[str, ModeResult] = {}
     with _cleanup_on_signal(), tempfile.TemporaryDirectory(prefix="trigger-scale-") as tmp:
         args.tree = _export_tree(args.git_ref, Path(tmp)) if args.git_ref else None
@@ -433,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     anchor = results.get("anchor") if "provider" in results else None
     print()
     print(
-        f"Trigger scale: {args.jobs} PyTorchJobs waited on in one asyncio loop per mode; steady window "
+        f"Trigger scale: {args.jobs} {'unlabelled ' if args.unlabelled else ''}PyTorchJobs waited on in one "
+        f"asyncio loop per mode; steady window "
         f"{provider.window_seconds:.0f} s, {psutil.cpu_count()} cores, provider {_describe(args.git_ref)}"
     )
     for line in format_table(table_rows(provider, anchor)):

@@ -47,7 +47,8 @@ def connection_json(kubeconfig: Path, namespace: str) -> str:
 class Cluster:
     """Admin access to the local cluster (a client certificate in group system:masters)."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, *, labelled: bool = True) -> None:
+        self.labelled = labelled  # False: jobs without the provider's labels, as a sensor on a name meets them
         if not kubeconfig.is_file():
             raise SystemExit(f"{kubeconfig} not found: start the local cluster with `make cluster-up`")
         self.kubeconfig = kubeconfig
@@ -141,8 +142,8 @@ class Cluster:
             raise
 
     def manifest(self, namespace: str, name: str, index: int) -> dict[str, Any]:
-        """A Master-only PyTorchJob asking for 10m cpu, labelled as the operators label their jobs; its
-        pod runs until the PodReleaser shortens its run-seconds."""
+        """A Master-only PyTorchJob asking for 10m cpu, labelled as the operators label their jobs (unless
+        ``labelled`` is off); its pod runs until the PodReleaser shortens its run-seconds."""
         base = {"spec": {KIND.replica_specs_key: {"Master": {"replicas": 1, "restartPolicy": "Never"}}}}
         params = JobParameters(
             image="busybox:1.36",
@@ -150,7 +151,7 @@ class Cluster:
             resources={"requests": {"cpu": "10m", "memory": "16Mi"}},
             annotations={RUN_SECONDS_ANNOTATION: HELD_RUN_SECONDS},
         )
-        labels = task_instance_labels(DAG_ID, f"train_{index:04d}", self.run_id, -1, 1)
+        labels = task_instance_labels(DAG_ID, f"train_{index:04d}", self.run_id, -1, 1) if self.labelled else {}
         manifest = set_identity(build_manifest(KIND, base, params), name, namespace, labels)
         validate_manifest(KIND, manifest)
         return manifest
