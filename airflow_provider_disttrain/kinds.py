@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 # Pod labels set by the Kubeflow operators; both operators share the job-name label.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -27,14 +27,49 @@ COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
 @dataclass(frozen=True)
-class JobKind:
-    """What the provider needs to know about one Kubeflow job kind."""
+class ApiResource:
+    """What a request needs to name one API resource: a job kind's, a Kueue Workload's, a Trainer
+    runtime's. The one resource descriptor of the provider."""
 
     kind: str
     """The resource's ``kind``, e.g. ``PyTorchJob``."""
     group: str
     version: str
     plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def namespaced_path(self, namespace: str) -> NamespacedPath:
+        """The keyword arguments that name this resource in a namespace in the kubernetes clients'
+        ``CustomObjectsApi`` calls (``group``, ``version``, ``namespace``, ``plural``)."""
+        assert self.namespaced, f"{self.kind} is cluster-scoped"
+        return {"group": self.group, "version": self.version, "namespace": namespace, "plural": self.plural}
+
+    def cluster_path(self) -> ClusterPath:
+        """The same for a cluster-scoped resource, in the ``*_cluster_custom_object`` calls."""
+        assert not self.namespaced, f"{self.kind} is namespaced"
+        return {"group": self.group, "version": self.version, "plural": self.plural}
+
+
+class ClusterPath(TypedDict):
+    group: str
+    version: str
+    plural: str
+
+
+class NamespacedPath(ClusterPath):
+    namespace: str
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """What the provider needs to know about one Kubeflow job kind."""
+
+    resource: ApiResource
+    """The job's API resource (its ``kind`` is the kind's name, e.g. ``PyTorchJob``)."""
     replica_specs_key: str | None
     """Spec field holding the replica specs, e.g. ``pytorchReplicaSpecs``; None for a TrainJob, whose
     pods come from its runtime's replicated jobs."""
@@ -114,8 +149,8 @@ class JobKind:
     (JobSet v0.12 pkg/util/placement GenPodName, checked in its webhook)."""
 
     @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
+    def kind(self) -> str:
+        return self.resource.kind
 
     @property
     def has_replica_specs(self) -> bool:
@@ -159,15 +194,13 @@ class JobKind:
 
 
 _V1_GROUP = "kubeflow.org"
+_TRAINER_GROUP = "trainer.kubeflow.org"
 
 JOB_KINDS: dict[str, JobKind] = {
     k.kind: k
     for k in (
         JobKind(
-            kind="PyTorchJob",
-            group=_V1_GROUP,
-            version="v1",
-            plural="pytorchjobs",
+            resource=ApiResource("PyTorchJob", _V1_GROUP, "v1", "pytorchjobs"),
             replica_specs_key="pytorchReplicaSpecs",
             container_name="pytorch",
             default_port=23456,
@@ -178,10 +211,7 @@ JOB_KINDS: dict[str, JobKind] = {
             spec_choices=(("elasticPolicy.rdzvBackend", frozenset({"c10d", "etcd", "etcd-v2"})),),
         ),
         JobKind(
-            kind="MPIJob",
-            group=_V1_GROUP,
-            version="v2beta1",
-            plural="mpijobs",
+            resource=ApiResource("MPIJob", _V1_GROUP, "v2beta1", "mpijobs"),
             replica_specs_key="mpiReplicaSpecs",
             # mpi-operator v2beta1 does not look the container up by name; the first one is used.
             container_name="mpi",
@@ -208,10 +238,7 @@ JOB_KINDS: dict[str, JobKind] = {
             spec_integer_minimums=(("slotsPerWorker", 1),),
         ),
         JobKind(
-            kind="TFJob",
-            group=_V1_GROUP,
-            version="v1",
-            plural="tfjobs",
+            resource=ApiResource("TFJob", _V1_GROUP, "v1", "tfjobs"),
             replica_specs_key="tfReplicaSpecs",
             container_name="tensorflow",
             default_port=2222,
@@ -223,10 +250,7 @@ JOB_KINDS: dict[str, JobKind] = {
             leader_aliases=frozenset({"Master"}),
         ),
         JobKind(
-            kind="XGBoostJob",
-            group=_V1_GROUP,
-            version="v1",
-            plural="xgboostjobs",
+            resource=ApiResource("XGBoostJob", _V1_GROUP, "v1", "xgboostjobs"),
             replica_specs_key="xgbReplicaSpecs",
             container_name="xgboost",
             default_port=9999,
@@ -235,10 +259,7 @@ JOB_KINDS: dict[str, JobKind] = {
             builder_leader_replica="Master",
         ),
         JobKind(
-            kind="PaddleJob",
-            group=_V1_GROUP,
-            version="v1",
-            plural="paddlejobs",
+            resource=ApiResource("PaddleJob", _V1_GROUP, "v1", "paddlejobs"),
             replica_specs_key="paddleReplicaSpecs",
             container_name="paddle",
             default_port=36543,
@@ -247,10 +268,7 @@ JOB_KINDS: dict[str, JobKind] = {
             builder_leader_replica=None,
         ),
         JobKind(
-            kind="JAXJob",
-            group=_V1_GROUP,
-            version="v1",
-            plural="jaxjobs",
+            resource=ApiResource("JAXJob", _V1_GROUP, "v1", "jaxjobs"),
             replica_specs_key="jaxReplicaSpecs",
             container_name="jax",
             default_port=6666,
@@ -264,10 +282,7 @@ JOB_KINDS: dict[str, JobKind] = {
         # name every shipped runtime gives it), one Indexed Job of numNodes pods; node 0 is the leader
         # (JobSet's placement.IsLeaderPod: completion index 0).
         JobKind(
-            kind="TrainJob",
-            group="trainer.kubeflow.org",
-            version="v1alpha1",
-            plural="trainjobs",
+            resource=ApiResource("TrainJob", _TRAINER_GROUP, "v1alpha1", "trainjobs"),
             replica_specs_key=None,
             container_name="node",
             default_port=None,
@@ -297,11 +312,14 @@ JOB_KINDS: dict[str, JobKind] = {
     )
 }
 
-# The runtimes a TrainJob's ``spec.runtimeRef`` may name (Trainer v2.3 CRDs in manifests/base/crds):
-# runtime kind -> (plural, namespaced). A TrainingRuntime must be in the TrainJob's namespace.
-TRAINING_RUNTIME_KINDS: dict[str, tuple[str, bool]] = {
-    "ClusterTrainingRuntime": ("clustertrainingruntimes", False),
-    "TrainingRuntime": ("trainingruntimes", True),
+# The runtimes a TrainJob's ``spec.runtimeRef`` may name (Trainer v2.3 CRDs in manifests/base/crds), by
+# kind. A TrainingRuntime must be in the TrainJob's namespace.
+TRAINING_RUNTIME_KINDS: dict[str, ApiResource] = {
+    runtime.kind: runtime
+    for runtime in (
+        ApiResource("ClusterTrainingRuntime", _TRAINER_GROUP, "v1alpha1", "clustertrainingruntimes", namespaced=False),
+        ApiResource("TrainingRuntime", _TRAINER_GROUP, "v1alpha1", "trainingruntimes"),
+    )
 }
 
 

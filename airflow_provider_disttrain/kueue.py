@@ -14,28 +14,18 @@ nothing from the rest of the provider but ``exceptions`` and ``kube_rules``, so 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from airflow_provider_disttrain.conditions import condition
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
+from airflow_provider_disttrain.kinds import ApiResource
 from airflow_provider_disttrain.manifest.kube_rules import DNS1123_LABEL_MAX_LENGTH, is_dns1123_subdomain
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 """The LocalQueue (in the job's namespace) Kueue admits the job through."""
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """Kueue's label on a Workload: the uid of the job it stands for."""
-
-
-@dataclass(frozen=True)
-class ApiResource:
-    """A custom resource the provider reads but does not submit (the shared watch needs these four)."""
-
-    kind: str
-    group: str
-    version: str
-    plural: str
 
 
 # v1beta2 is the version Kueue v0.17.0 stores (config/components/crd/bases/kueue.x-k8s.io_workloads.yaml:

@@ -158,7 +158,11 @@ class Cluster:
 
     def create_job(self, namespace: str, name: str, index: int) -> dict[str, Any]:
         job = self.custom.create_namespaced_custom_object(
-            KIND.group, KIND.version, namespace, KIND.plural, self.manifest(namespace, name, index)
+            KIND.resource.group,
+            KIND.resource.version,
+            namespace,
+            KIND.resource.plural,
+            self.manifest(namespace, name, index),
         )
         return {"uid": job["metadata"]["uid"], "created": time.time()}
 
@@ -262,7 +266,13 @@ class ReferenceWatch(NamespaceWatch):
     namespace in the benchmark's own process, outside the measured one, with the admin credentials."""
 
     def __init__(self, cluster: Cluster, namespace: str) -> None:
-        super().__init__(cluster.custom.list_namespaced_custom_object, KIND.group, KIND.version, namespace, KIND.plural)
+        super().__init__(
+            cluster.custom.list_namespaced_custom_object,
+            KIND.resource.group,
+            KIND.resource.version,
+            namespace,
+            KIND.resource.plural,
+        )
         self._finished: dict[str, tuple[float, str]] = {}
         self._last_change = time.time()
 

@@ -71,20 +71,14 @@ class AsyncJobClient:
     async def merge_patch_job(self, kind: JobKind, name: str, namespace: str, patch: dict[str, Any]) -> None:
         """A JSON merge patch of the job (the generated client would send a dict as a JSON patch)."""
         await self._custom.patch_namespaced_custom_object(
-            kind.group,
-            kind.version,
-            namespace,
-            kind.plural,
-            name,
-            patch,
-            **_MERGE_PATCH,
+            **kind.resource.namespaced_path(namespace), name=name, body=patch, **_MERGE_PATCH
         )
 
     @retry_transient(attempts=3)
     async def get_job(self, kind: JobKind, name: str, namespace: str) -> dict[str, Any] | None:
         try:
             return await self._custom.get_namespaced_custom_object(
-                group=kind.group, version=kind.version, namespace=namespace, plural=kind.plural, name=name
+                **kind.resource.namespaced_path(namespace), name=name
             )
         except Exception as error:
             if means_job_absent(error):
@@ -95,10 +89,7 @@ class AsyncJobClient:
     async def delete_job(self, kind: JobKind, name: str, namespace: str, uid: str | None = None) -> bool:
         try:
             await self._custom.delete_namespaced_custom_object(
-                group=kind.group,
-                version=kind.version,
-                namespace=namespace,
-                plural=kind.plural,
+                **kind.resource.namespaced_path(namespace),
                 name=name,
                 body=delete_body(uid),  # type: ignore[arg-type]  # the client sends a dict as it is
             )

@@ -48,8 +48,7 @@ from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.async_training_job import raise_for_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.faults import Action, Fault, classify
-from airflow_provider_disttrain.kinds import JobKind
-from airflow_provider_disttrain.kueue import ApiResource
+from airflow_provider_disttrain.kinds import ApiResource, JobKind
 
 LINGER_SECONDS = 5.0
 """How long a watch outlives its last subscriber: a trigger moved or retried soon finds it warm."""
@@ -180,6 +179,7 @@ class SharedWatch:
         self.key = key
         self.clock = clock or clocks.current()
         self.kind = kind
+        self.resource = kind.resource if isinstance(kind, JobKind) else kind
         self.cluster = cluster
         self._on_idle = on_idle
         self._jobs: dict[str, CachedJob] = {}
@@ -366,10 +366,7 @@ class SharedWatch:
         while True:
             async with self.cluster.lease() as (api, _):
                 response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
-                    self.kind.group,
-                    self.kind.version,
-                    self.key.namespace,
-                    self.kind.plural,
+                    **self.resource.namespaced_path(self.key.namespace),
                     _preload_content=False,
                     limit=LIST_PAGE_SIZE,
                     _continue=token,  # type: ignore[arg-type]  # None: the first page (the client sends no parameter)
@@ -419,7 +416,7 @@ class SharedWatch:
             if self._resource_version:
                 options["resource_version"] = self._resource_version
             response = await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
-                self.kind.group, self.kind.version, self.key.namespace, self.kind.plural, **options
+                **self.resource.namespaced_path(self.key.namespace), **options
             )
             try:
                 await raise_for_status(response)

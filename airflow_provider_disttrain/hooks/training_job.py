@@ -60,10 +60,7 @@ class TrainingJobHook(KubernetesHook):
     @retry_transient()
     def _create(self, kind: JobKind, manifest: Mapping[str, Any], namespace: str, dry_run: bool) -> Any:
         return self._custom.create_namespaced_custom_object(
-            group=kind.group,
-            version=kind.version,
-            namespace=namespace,
-            plural=kind.plural,
+            **kind.resource.namespaced_path(namespace),
             body=dict(manifest),
             dry_run="All" if dry_run else None,
             # Refuse a field the schema does not know instead of silently dropping it (``rejections``).
@@ -92,9 +89,7 @@ class TrainingJobHook(KubernetesHook):
         """The job object, or None when it does not exist."""
         kind = get_job_kind(kind)
         try:
-            return self._custom.get_namespaced_custom_object(
-                group=kind.group, version=kind.version, namespace=namespace, plural=kind.plural, name=name
-            )
+            return self._custom.get_namespaced_custom_object(**kind.resource.namespaced_path(namespace), name=name)
         except Exception as error:
             if means_job_absent(error):
                 return None
@@ -107,14 +102,11 @@ class TrainingJobHook(KubernetesHook):
         kind = get_job_kind(kind)
         try:
             listing = self._custom.list_namespaced_custom_object(
-                group=kind.group,
-                version=kind.version,
-                namespace=namespace,
-                plural=kind.plural,
+                **kind.resource.namespaced_path(namespace),
                 label_selector=label_selector(labels),
             )
         except Exception as error:
-            raise_for_access(error, f"list {kind.plural} in {namespace}")
+            raise_for_access(error, f"list {kind.resource.plural} in {namespace}")
             raise
         items = listing.get("items", [])
         return sorted(items, key=lambda job: job.get("metadata", {}).get("creationTimestamp") or "")
@@ -123,10 +115,7 @@ class TrainingJobHook(KubernetesHook):
     def find_workload(self, namespace: str, job_uid: str) -> dict[str, Any] | None:
         """The Kueue Workload of the job of ``job_uid`` (Kueue names it itself: found by its job-uid label)."""
         listing = self._custom.list_namespaced_custom_object(
-            group=WORKLOAD.group,
-            version=WORKLOAD.version,
-            namespace=namespace,
-            plural=WORKLOAD.plural,
+            **WORKLOAD.namespaced_path(namespace),
             label_selector=f"{JOB_UID_LABEL}={job_uid}",
         )
         workload = workload_of(listing.get("items") or [], job_uid)
@@ -138,10 +127,7 @@ class TrainingJobHook(KubernetesHook):
         kind = get_job_kind(kind)
         try:
             return self._custom.patch_namespaced_custom_object(
-                group=kind.group,
-                version=kind.version,
-                namespace=namespace,
-                plural=kind.plural,
+                **kind.resource.namespaced_path(namespace),
                 name=name,
                 body=dict(patch),
                 field_validation="Strict",
@@ -170,10 +156,7 @@ class TrainingJobHook(KubernetesHook):
         kind = get_job_kind(kind)
         try:
             self._custom.delete_namespaced_custom_object(
-                group=kind.group,
-                version=kind.version,
-                namespace=namespace,
-                plural=kind.plural,
+                **kind.resource.namespaced_path(namespace),
                 name=name,
                 body=delete_body(uid, propagation_policy),
             )
@@ -215,17 +198,12 @@ class TrainingJobHook(KubernetesHook):
     def get_training_runtime(self, runtime_kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """A TrainJob's runtime (``ClusterTrainingRuntime``, cluster-wide, or ``TrainingRuntime`` in
         ``namespace``), or None when it does not exist."""
-        plural, namespaced = TRAINING_RUNTIME_KINDS[runtime_kind]
-        trainer = get_job_kind("TrainJob")
-        where = f"{namespace}/{name}" if namespaced else name
+        runtime = TRAINING_RUNTIME_KINDS[runtime_kind]
+        where = f"{namespace}/{name}" if runtime.namespaced else name
         try:
-            if namespaced:
-                return self._custom.get_namespaced_custom_object(
-                    group=trainer.group, version=trainer.version, namespace=namespace, plural=plural, name=name
-                )
-            return self._custom.get_cluster_custom_object(
-                group=trainer.group, version=trainer.version, plural=plural, name=name
-            )
+            if runtime.namespaced:
+                return self._custom.get_namespaced_custom_object(**runtime.namespaced_path(namespace), name=name)
+            return self._custom.get_cluster_custom_object(**runtime.cluster_path(), name=name)
         except Exception as error:
             if api_status(error) == 404:
                 return None

@@ -101,7 +101,7 @@ def _skeleton(kind: JobKind, params: JobParameters) -> dict[str, Any]:
         "restartPolicy": kind.default_restart_policy,
     }
     return {
-        "apiVersion": kind.api_version,
+        "apiVersion": kind.resource.api_version,
         "kind": kind.kind,
         "metadata": {},
         "spec": {kind.replica_specs_key: replica_specs},
@@ -191,7 +191,7 @@ def build_manifest(
     params = params or JobParameters()
     validate_job_parameters(params)
     manifest = copy.deepcopy(dict(base)) if base else _skeleton(kind, params)
-    manifest.setdefault("apiVersion", kind.api_version)
+    manifest.setdefault("apiVersion", kind.resource.api_version)
     manifest.setdefault("kind", kind.kind)
     metadata = manifest.setdefault("metadata", {})
     if params.labels:

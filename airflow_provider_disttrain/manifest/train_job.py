@@ -60,7 +60,7 @@ def _runtime_ref(spec: dict[str, Any], params: TrainJobParameters) -> None:
     if params.runtime is not None:
         ref["name"] = params.runtime
         # Written out as Kubeflow's examples write them (the CRD defaults the same values).
-        ref.setdefault("apiGroup", TRAIN_JOB.group)
+        ref.setdefault("apiGroup", TRAIN_JOB.resource.group)
         ref.setdefault("kind", DEFAULT_RUNTIME_KIND)
     if params.runtime_kind is not None:
         ref["kind"] = params.runtime_kind
@@ -135,7 +135,7 @@ def build_train_job(base: Mapping[str, Any] | None = None, params: TrainJobParam
     """A TrainJob manifest: ``base`` (or an empty TrainJob) with ``params`` applied over it."""
     params = params or TrainJobParameters()
     manifest: dict[str, Any] = copy.deepcopy(dict(base)) if base else {}
-    manifest.setdefault("apiVersion", TRAIN_JOB.api_version)
+    manifest.setdefault("apiVersion", TRAIN_JOB.resource.api_version)
     manifest.setdefault("kind", TRAIN_JOB.kind)
     metadata = manifest.setdefault("metadata", {})
     if not isinstance(metadata, dict):

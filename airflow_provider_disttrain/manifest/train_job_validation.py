@@ -56,9 +56,9 @@ def _validate_runtime_ref(spec: Mapping[str, Any]) -> None:
     kind = ref.get("kind", "ClusterTrainingRuntime")
     if kind not in TRAINING_RUNTIME_KINDS:
         raise InvalidJobSpecError("spec.runtimeRef.kind", f"{kind!r} is not one of {sorted(TRAINING_RUNTIME_KINDS)}")
-    group = ref.get("apiGroup", TRAIN_JOB.group)
-    if group != TRAIN_JOB.group:
-        raise InvalidJobSpecError("spec.runtimeRef.apiGroup", f"{group!r} is not {TRAIN_JOB.group!r}")
+    group = ref.get("apiGroup", TRAIN_JOB.resource.group)
+    if group != TRAIN_JOB.resource.group:
+        raise InvalidJobSpecError("spec.runtimeRef.apiGroup", f"{group!r} is not {TRAIN_JOB.resource.group!r}")
 
 
 def _validate_argv(value: Any, field: str) -> None:
@@ -232,11 +232,11 @@ def check_against_runtime(
     fields = fields or {}
     runtime_kind, name = validate_runtime_ref(manifest)
     if runtime is None:
-        plural, namespaced = TRAINING_RUNTIME_KINDS[runtime_kind]
-        where = f" in namespace {_get(manifest, 'metadata.namespace')!r}" if namespaced else ""
+        runtime_resource = TRAINING_RUNTIME_KINDS[runtime_kind]
+        where = f" in namespace {_get(manifest, 'metadata.namespace')!r}" if runtime_resource.namespaced else ""
         raise InvalidJobSpecError(
             fields.get("spec.runtimeRef.name", "spec.runtimeRef.name"),
-            f"{runtime_kind} {name!r} does not exist{where} (kubectl get {plural})",
+            f"{runtime_kind} {name!r} does not exist{where} (kubectl get {runtime_resource.plural})",
         )
     steps = runtime_steps(runtime, manifest)
     for step, job_name in INITIALIZER_STEPS.items():

@@ -235,8 +235,10 @@ def _validate_kind(kind: JobKind, manifest: Mapping[str, Any]) -> None:
         else:
             problem += f"; the provider submits Kubeflow training jobs: {', '.join(JOB_KINDS)}"
         raise InvalidJobSpecError("kind", problem)
-    if api_version != kind.api_version:
-        raise InvalidJobSpecError("apiVersion", f"{api_version!r} does not match {kind.kind} ({kind.api_version})")
+    if api_version != kind.resource.api_version:
+        raise InvalidJobSpecError(
+            "apiVersion", f"{api_version!r} does not match {kind.kind} ({kind.resource.api_version})"
+        )
 
 
 def validate_log_replicas_exist(

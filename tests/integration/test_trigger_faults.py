@@ -55,7 +55,7 @@ def submit_jobs(
         manifest = set_identity(build_manifest(kind, None, parameters), name, namespace, labels)
         # Master only: the training-operator's webhook refuses a Worker spec of 0 replicas.
         del manifest["spec"][kind.replica_specs_key][kind.worker_replica]
-        created = custom.create_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, manifest)
+        created = custom.create_namespaced_custom_object(**kind.resource.namespaced_path(namespace), body=manifest)
         uids[name] = created["metadata"]["uid"]
     return uids
 

@@ -112,7 +112,7 @@ def make_job(
     """A job object as the API server returns it."""
     job_kind = get_job_kind(kind)
     return {
-        "apiVersion": job_kind.api_version,
+        "apiVersion": job_kind.resource.api_version,
         "kind": job_kind.kind,
         "metadata": {
             "name": name,

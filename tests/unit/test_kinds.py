@@ -11,6 +11,7 @@ from airflow_provider_disttrain.kinds import (
     JOB_ROLE_LABEL,
     REPLICA_TYPE_LABEL,
     TRAINING_RUNTIME_KINDS,
+    ApiResource,
     JobKind,
     get_job_kind,
     kind_of,
@@ -48,8 +49,8 @@ def test_kind_matches_the_operators_crd(name):
     kind = JOB_KINDS[name]
     api_version, plural, specs_key, container, port, port_name, leader = EXPECTED[name]
 
-    assert kind.api_version == api_version
-    assert kind.plural == plural
+    assert kind.resource.api_version == api_version
+    assert kind.resource.plural == plural
     assert kind.replica_specs_key == specs_key
     assert kind.container_name == container
     assert kind.default_port == port
@@ -66,7 +67,7 @@ def test_every_kind_is_internally_consistent(kind):
         assert kind.default_restart_policy in kind.restart_policies
     else:
         assert kind.node_count_path is not None and kind.operator is not None
-    assert kind.plural == kind.kind.lower() + "s"
+    assert kind.resource.plural == kind.kind.lower() + "s"
 
 
 def test_only_pytorchjob_supports_elastic_training():
@@ -88,7 +89,7 @@ def test_mpijob_differs_where_the_mpi_operator_differs():
 
 def test_v1_kinds_use_the_replica_type_label():
     for name, kind in JOB_KINDS.items():
-        if kind.group == "kubeflow.org" and name != "MPIJob":
+        if kind.resource.group == "kubeflow.org" and name != "MPIJob":
             assert kind.replica_type_label == REPLICA_TYPE_LABEL, name
             assert kind.requires_named_container, name
 
@@ -128,7 +129,8 @@ def test_get_job_kind_is_case_insensitive(spelling):
 
 
 def test_get_job_kind_passes_a_job_kind_through():
-    custom = dataclasses.replace(JOB_KINDS["TFJob"], plural="customtfjobs")
+    tfjob = JOB_KINDS["TFJob"]
+    custom = dataclasses.replace(tfjob, resource=dataclasses.replace(tfjob.resource, plural="customtfjobs"))
     assert get_job_kind(custom) is custom
 
 
@@ -144,15 +146,12 @@ def test_get_job_kind_rejects_an_unknown_kind_and_lists_the_known_ones(unknown):
 
 def test_job_kind_is_immutable():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        JOB_KINDS["PyTorchJob"].plural = "x"  # type: ignore[misc]
+        JOB_KINDS["PyTorchJob"].resource.plural = "x"  # type: ignore[misc]
 
 
 def test_a_job_kind_defaults_to_master_and_worker():
     kind = JobKind(
-        kind="DemoJob",
-        group="example.org",
-        version="v1alpha1",
-        plural="demojobs",
+        resource=ApiResource("DemoJob", "example.org", "v1alpha1", "demojobs"),
         replica_specs_key="demoReplicaSpecs",
         container_name="demo",
         default_port=None,
@@ -160,7 +159,7 @@ def test_a_job_kind_defaults_to_master_and_worker():
         leader_replica="Master",
         builder_leader_replica="Master",
     )
-    assert kind.api_version == "example.org/v1alpha1"
+    assert kind.resource.api_version == "example.org/v1alpha1"
     assert kind.replica_types == frozenset({"Master", "Worker"})
     assert kind.restart_policies == frozenset({"Always", "OnFailure", "Never", "ExitCode"})
     assert kind.default_restart_policy == "OnFailure"
@@ -200,10 +199,11 @@ def test_kind_of_reads_the_object_s_own_kind():
 
 
 def test_training_runtime_kinds():
-    assert TRAINING_RUNTIME_KINDS == {
+    assert {kind: (runtime.plural, runtime.namespaced) for kind, runtime in TRAINING_RUNTIME_KINDS.items()} == {
         "ClusterTrainingRuntime": ("clustertrainingruntimes", False),
         "TrainingRuntime": ("trainingruntimes", True),
     }
+    assert {runtime.api_version for runtime in TRAINING_RUNTIME_KINDS.values()} == {"trainer.kubeflow.org/v1alpha1"}
 
 
 def test_a_kind_added_to_the_table_alone_is_built_validated_submitted_and_waited_for(monkeypatch) -> None:
@@ -218,10 +218,7 @@ def test_a_kind_added_to_the_table_alone_is_built_validated_submitted_and_waited
 
     fake = replace(
         kinds.JOB_KINDS["PyTorchJob"],
-        kind="FakeJob",
-        group="fake.example.com",
-        version="v1alpha1",
-        plural="fakejobs",
+        resource=ApiResource("FakeJob", "fake.example.com", "v1alpha1", "fakejobs"),
         replica_specs_key="fakeReplicaSpecs",
         container_name="fake",
         builder_leader_replica=None,

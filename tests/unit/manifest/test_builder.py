@@ -71,7 +71,7 @@ def test_a_job_from_parameters_alone_has_the_kinds_shape(name):
 
     manifest = build_manifest(kind, None, JobParameters(image=IMAGE, num_workers=2))
 
-    assert manifest["apiVersion"] == kind.api_version
+    assert manifest["apiVersion"] == kind.resource.api_version
     assert manifest["kind"] == name
     assert {replica: spec["replicas"] for replica, spec in replicas(kind, manifest).items()} == counts
     for replica, spec in replicas(kind, manifest).items():

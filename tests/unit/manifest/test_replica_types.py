@@ -27,7 +27,7 @@ def _replica(container: str, replicas: int = 1) -> dict:
 
 def _job(kind, specs: dict) -> dict:
     return {
-        "apiVersion": kind.api_version,
+        "apiVersion": kind.resource.api_version,
         "kind": kind.kind,
         "metadata": {"name": "job"},
         "spec": {kind.replica_specs_key: specs},

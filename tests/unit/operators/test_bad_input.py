@@ -46,7 +46,7 @@ def manifest(kind: str, workers: int = 2) -> dict[str, Any]:
     replicas = {_LEADERS[kind]: 1} if kind in _LEADERS else {}
     replicas["Worker"] = workers
     return {
-        "apiVersion": job_kind.api_version,
+        "apiVersion": job_kind.resource.api_version,
         "kind": kind,
         "metadata": {"name": "train"},
         "spec": {
