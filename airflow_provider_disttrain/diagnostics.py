@@ -21,8 +21,8 @@ def replica_name(kind: JobKind, pod: Mapping[str, Any]) -> str:
     """``worker-1``, ``master-0``, ``launcher``, a TrainJob's ``node-1``: the replica a pod plays, from the
     operator's labels (the kinds table names them)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    replica = labels.get(kind.replica_type_label)
-    index = labels.get(kind.replica_index_label)
+    replica = labels.get(kind.pod_labels.replica_type)
+    index = labels.get(kind.pod_labels.replica_index)
     if replica:
         return f"{replica}-{index}" if index is not None else str(replica)
     return str((pod.get("metadata") or {}).get("name"))

@@ -65,6 +65,42 @@ class NamespacedPath(ClusterPath):
 
 
 @dataclass(frozen=True)
+class StatusShape:
+    """How a kind's operator writes the job's status."""
+
+    success_condition: str = "Succeeded"
+    """The condition type that, true, means the job succeeded (a TrainJob's is ``Complete``)."""
+    replica_statuses_key: str = "replicaStatuses"
+    """Status field with the per-replica counters (active, succeeded, failed)."""
+    replica_statuses_list_key: str | None = None
+    """None when that field is a map keyed by replica type; else it is a list and this names the key
+    field of its entries (a TrainJob's ``jobsStatus[].name``, one entry per replicated job)."""
+    running_counters: tuple[str, ...] = ()
+    """Counters that, non-zero in a replica's status, mean the job runs. Empty: the conditions say
+    (``Running``). A TrainJob has no such condition; its ``jobsStatus[].ready`` counts child Jobs whose
+    pods all run or completed (``active`` also counts Jobs whose pods are still Pending)."""
+    has_times: bool = True
+    """Whether the status has ``startTime``/``completionTime``; if not, they are read from conditions."""
+    suspension_without_history_reason: str | None = None
+    """The reason of a ``Running=False`` condition the operator writes on every suspension, also of a job
+    that never ran (the mpi-operator's ``MPIJobSuspended``): such a condition does not show the job ran."""
+
+
+@dataclass(frozen=True)
+class PodLabels:
+    """The labels by which a kind's pods are found and told apart."""
+
+    job_name: str = JOB_NAME_LABEL
+    """Pod label whose value is the job's name (how its pods are found)."""
+    replica_type: str = REPLICA_TYPE_LABEL
+    """Pod label naming the replica type; its value is the replica type in lower case."""
+    replica_index: str = REPLICA_INDEX_LABEL
+    """Pod label with the pod's index within its replica type."""
+    leader_extra: tuple[tuple[str, str], ...] = ()
+    """Further labels the leader pod carries, beside its replica type and index 0."""
+
+
+@dataclass(frozen=True)
 class JobKind:
     """What the provider needs to know about one Kubeflow job kind."""
 
@@ -84,10 +120,10 @@ class JobKind:
     replica_types: frozenset[str] = frozenset({"Master", "Worker"})
     """Replica types the operator accepts in the replica specs."""
     worker_replica: str = "Worker"
+    status: StatusShape = StatusShape()
+    pod_labels: PodLabels = PodLabels()
     restart_policies: frozenset[str] = frozenset({"Always", "OnFailure", "Never", "ExitCode"})
     default_restart_policy: str = "OnFailure"
-    replica_type_label: str = REPLICA_TYPE_LABEL
-    """Pod label naming the replica type; its value is the replica type in lower case."""
     leader_gets_accelerators: bool = True
     """Whether the builder's per-replica GPU request applies to the leader too (not to an MPI launcher)."""
     worker_command: tuple[str, ...] | None = None
@@ -107,25 +143,6 @@ class JobKind:
     follows_worker_count: bool = False
     """Whether running pods adapt when the Worker count changes without an elastic policy (the
     mpi-operator rewrites the hostfile and discover_hosts.sh that elastic Horovod reads)."""
-    success_condition: str = "Succeeded"
-    """The condition type that, true, means the job succeeded (a TrainJob's is ``Complete``)."""
-    replica_statuses_key: str = "replicaStatuses"
-    """Status field with the per-replica counters (active, succeeded, failed)."""
-    replica_statuses_list_key: str | None = None
-    """None when that field is a map keyed by replica type; else it is a list and this names the key
-    field of its entries (a TrainJob's ``jobsStatus[].name``, one entry per replicated job)."""
-    running_counters: tuple[str, ...] = ()
-    """Counters that, non-zero in a replica's status, mean the job runs. Empty: the conditions say
-    (``Running``). A TrainJob has no such condition; its ``jobsStatus[].ready`` counts child Jobs whose
-    pods all run or completed (``active`` also counts Jobs whose pods are still Pending)."""
-    status_has_times: bool = True
-    """Whether the status has ``startTime``/``completionTime``; if not, they are read from conditions."""
-    job_name_label: str = JOB_NAME_LABEL
-    """Pod label whose value is the job's name (how its pods are found)."""
-    replica_index_label: str = REPLICA_INDEX_LABEL
-    """Pod label with the pod's index within its replica type."""
-    leader_pod_labels: tuple[tuple[str, str], ...] = ()
-    """Further labels the leader pod carries, beside its replica type and index 0."""
     suspend_path: tuple[str, ...] = ("spec", "runPolicy", "suspend")
     """Where ``suspend`` lives in the job (runPolicy in the training-operator's and the mpi-operator's)."""
     node_count_path: tuple[str, ...] | None = None
@@ -137,9 +154,6 @@ class JobKind:
     event_object_suffixes: tuple[str, ...] = ()
     """Suffixes of the job's name naming other objects whose events explain it (the MPI launcher's batch
     Job, ``<job>-launcher``), read beside the job's and its pods' events."""
-    suspension_without_history_reason: str | None = None
-    """The reason of a ``Running=False`` condition the operator writes on every suspension, also of a job
-    that never ran (the mpi-operator's ``MPIJobSuspended``): such a condition does not show the job ran."""
     spec_integer_minimums: tuple[tuple[str, int], ...] = ()
     """Integer ``spec`` fields and their least value (an MPIJob's ``slotsPerWorker`` >= 1)."""
     pod_name_suffix: str = "-{replica}-{index}"
@@ -222,7 +236,7 @@ JOB_KINDS: dict[str, JobKind] = {
             builder_leader_replica="Launcher",
             restart_policies=frozenset({"Never", "OnFailure"}),
             default_restart_policy="Never",
-            replica_type_label=JOB_ROLE_LABEL,
+            pod_labels=PodLabels(replica_type=JOB_ROLE_LABEL),
             leader_gets_accelerators=False,
             worker_command=("/usr/sbin/sshd", "-De"),
             replica_types=frozenset({"Launcher", "Worker"}),
@@ -234,7 +248,7 @@ JOB_KINDS: dict[str, JobKind] = {
                 ("launcherCreationPolicy", frozenset({"AtStartup", "WaitForWorkersReady"})),
             ),
             event_object_suffixes=("-launcher",),
-            suspension_without_history_reason="MPIJobSuspended",
+            status=StatusShape(suspension_without_history_reason="MPIJobSuspended"),
             spec_integer_minimums=(("slotsPerWorker", 1),),
         ),
         JobKind(
@@ -292,16 +306,20 @@ JOB_KINDS: dict[str, JobKind] = {
             replica_types=frozenset({"node"}),
             worker_replica="node",
             restart_policies=frozenset(),
-            replica_type_label=REPLICATED_JOB_LABEL,
             normalises_replica_types=False,
-            success_condition="Complete",
-            replica_statuses_key="jobsStatus",
-            replica_statuses_list_key="name",
-            running_counters=("ready", "succeeded"),
-            status_has_times=False,
-            job_name_label=JOBSET_NAME_LABEL,
-            replica_index_label=COMPLETION_INDEX_LABEL,
-            leader_pod_labels=((JOB_INDEX_LABEL, "0"),),
+            status=StatusShape(
+                success_condition="Complete",
+                replica_statuses_key="jobsStatus",
+                replica_statuses_list_key="name",
+                running_counters=("ready", "succeeded"),
+                has_times=False,
+            ),
+            pod_labels=PodLabels(
+                job_name=JOBSET_NAME_LABEL,
+                replica_type=REPLICATED_JOB_LABEL,
+                replica_index=COMPLETION_INDEX_LABEL,
+                leader_extra=((JOB_INDEX_LABEL, "0"),),
+            ),
             suspend_path=("spec", "suspend"),
             node_count_path=("spec", "trainer", "numNodes"),
             scalable_while_suspended=False,

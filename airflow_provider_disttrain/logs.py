@@ -26,11 +26,11 @@ NONE = "none"
 
 def _is_leader(kind: JobKind, pod: Mapping[str, Any], leader: str) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    if labels.get(kind.replica_type_label) != kind.replica_label_value(leader):
+    if labels.get(kind.pod_labels.replica_type) != kind.replica_label_value(leader):
         return False
-    if any(labels.get(key) != value for key, value in kind.leader_pod_labels):
+    if any(labels.get(key) != value for key, value in kind.pod_labels.leader_extra):
         return False
-    return labels.get(kind.replica_index_label) in (None, "0")
+    return labels.get(kind.pod_labels.replica_index) in (None, "0")
 
 
 def leader_pods(kind: JobKind, pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -57,7 +57,7 @@ def log_targets(
             pod
             for pod in pods
             if replica_name(kind, pod).lower() in wanted
-            or str(((pod.get("metadata") or {}).get("labels") or {}).get(kind.replica_type_label)) in wanted
+            or str(((pod.get("metadata") or {}).get("labels") or {}).get(kind.pod_labels.replica_type)) in wanted
         ]
     return sorted(
         ((pod["metadata"]["name"], kind.main_container_name(pod)) for pod in chosen), key=lambda target: target[0]

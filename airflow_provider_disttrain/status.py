@@ -63,11 +63,11 @@ def _timestamp(condition: Mapping[str, Any]) -> str:
 
 def _condition_states(kind: JobKind) -> dict[str, str]:
     # A TrainJob says Complete where the training-operator says Succeeded (the kinds table knows which).
-    return {**_CONDITION_STATES, kind.success_condition: "succeeded"}
+    return {**_CONDITION_STATES, kind.status.success_condition: "succeeded"}
 
 
 def _terminal_types(kind: JobKind) -> tuple[str, str]:
-    return (kind.success_condition, "Failed")
+    return (kind.status.success_condition, "Failed")
 
 
 def _deciding_condition(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -82,13 +82,13 @@ def _deciding_condition(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def replica_counts(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     """Per replica type (per replicated job for a TrainJob): its active, succeeded and failed counters."""
     kind = kind_of(job)
-    raw = (job.get("status") or {}).get(kind.replica_statuses_key) or {}
-    if kind.replica_statuses_list_key is not None:
+    raw = (job.get("status") or {}).get(kind.status.replica_statuses_key) or {}
+    if kind.status.replica_statuses_list_key is not None:
         # A list keyed by name (TrainJob jobsStatus[]), e.g. [{"name": "node", "active": 1, "ready": 1}].
-        key = kind.replica_statuses_list_key
+        key = kind.status.replica_statuses_list_key
         entries = raw if isinstance(raw, list) else []
         raw = {str(entry.get(key)): entry for entry in entries if isinstance(entry, Mapping)}
-    counters = ("active", "succeeded", "failed", *kind.running_counters)
+    counters = ("active", "succeeded", "failed", *kind.status.running_counters)
     return {
         str(replica): {counter: int(counts.get(counter) or 0) for counter in dict.fromkeys(counters)}
         for replica, counts in raw.items()
@@ -98,7 +98,7 @@ def replica_counts(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
 
 def _counts_show_running(job: Mapping[str, Any]) -> bool:
     """For a kind without a Running condition: whether a replica's counters say its pods run."""
-    counters = kind_of(job).running_counters
+    counters = kind_of(job).status.running_counters
     return any(counts.get(counter) for counts in replica_counts(job).values() for counter in counters)
 
 
@@ -128,7 +128,7 @@ def has_run(job: Mapping[str, Any]) -> bool:
     terminal_types = _terminal_types(job_kind)
     # The training-operator flips Running to False (reason <Kind>Suspended) only when the job was running;
     # the mpi-operator writes it on every suspension (the table's suspension_without_history_reason).
-    never_ran_reason = job_kind.suspension_without_history_reason
+    never_ran_reason = job_kind.status.suspension_without_history_reason
     for condition in conditions(job):
         kind = condition.get("type")
         if kind in terminal_types and is_true(condition):
@@ -162,7 +162,7 @@ def _times(job: Mapping[str, Any]) -> tuple[Any, Any]:
     the time it was last resumed (else created) and the time its terminal condition became true."""
     status = job.get("status") or {}
     kind = kind_of(job)
-    if kind.status_has_times:
+    if kind.status.has_times:
         return status.get("startTime"), status.get("completionTime")
     every = conditions(job)
     resumed = [c for c in every if c.get("type") == "Suspended" and not is_true(c)]
@@ -210,7 +210,7 @@ def describe_state(job: Mapping[str, Any]) -> str:
     if held_by_kueue(job):
         # Suspended by Kueue until its quota admits it: waiting in a queue, not stuck.
         state = describe_hold(job)
-    if not newest and kind_of(job).running_counters and (counts := replica_counts(job)):
+    if not newest and kind_of(job).status.running_counters and (counts := replica_counts(job)):
         # A TrainJob has no condition while it runs: its replicated jobs' counters say what there is.
         jobs = ", ".join(f"{name}: {c['ready']} ready, {c['active']} active" for name, c in sorted(counts.items()))
         return f"{state} ({jobs})"

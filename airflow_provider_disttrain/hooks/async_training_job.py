@@ -47,7 +47,7 @@ class AsyncJobClient:
     async def list_job_pods(self, kind: JobKind, name: str, namespace: str) -> list[dict[str, Any]]:
         """The job's pods (by the kind's job-name label) as the API server wrote them (no models built)."""
         listing: Any = await self._core.list_namespaced_pod(
-            namespace, label_selector=f"{kind.job_name_label}={name}", _preload_content=False
+            namespace, label_selector=f"{kind.pod_labels.job_name}={name}", _preload_content=False
         )
         async with listing:
             await raise_for_status(listing)

@@ -213,7 +213,7 @@ class TrainingJobHook(KubernetesHook):
     @retry_transient()
     def list_job_pods(self, job_name: str, namespace: str, *, kind: str | JobKind) -> list[dict[str, Any]]:
         """The job's pods, found by the label the kind's operator sets (a TrainJob's: its JobSet's)."""
-        label = get_job_kind(kind).job_name_label
+        label = get_job_kind(kind).pod_labels.job_name
         try:
             pods = self.core_v1_client.list_namespaced_pod(namespace, label_selector=f"{label}={job_name}")
         except Exception as error:

@@ -379,7 +379,7 @@ class FakeTrainingJobHook:
     def list_job_pods(self, job_name: str, namespace: str, *, kind: Any = None) -> list[dict[str, Any]]:
         """The job's pods that carry the kind's job-name label, as the real hook's label selector picks them."""
         self._record("list_job_pods", job_name, namespace)
-        label = get_job_kind(kind).job_name_label if kind is not None else JOB_NAME_LABEL
+        label = get_job_kind(kind).pod_labels.job_name if kind is not None else JOB_NAME_LABEL
         pods = [pod for pod in self.pods.get(job_name, []) if pod["metadata"].get("labels", {}).get(label) == job_name]
         return copy.deepcopy(pods)
 

@@ -80,7 +80,7 @@ def test_mpijob_differs_where_the_mpi_operator_differs():
     assert mpi.replica_types == frozenset({"Launcher", "Worker"})
     assert mpi.restart_policies == frozenset({"Never", "OnFailure"})
     assert mpi.default_restart_policy == "Never"
-    assert mpi.replica_type_label == JOB_ROLE_LABEL
+    assert mpi.pod_labels.replica_type == JOB_ROLE_LABEL
     assert mpi.leader_gets_accelerators is False
     assert mpi.worker_command == ("/usr/sbin/sshd", "-De")
     assert mpi.requires_named_container is False
@@ -90,7 +90,7 @@ def test_mpijob_differs_where_the_mpi_operator_differs():
 def test_v1_kinds_use_the_replica_type_label():
     for name, kind in JOB_KINDS.items():
         if kind.resource.group == "kubeflow.org" and name != "MPIJob":
-            assert kind.replica_type_label == REPLICA_TYPE_LABEL, name
+            assert kind.pod_labels.replica_type == REPLICA_TYPE_LABEL, name
             assert kind.requires_named_container, name
 
 
@@ -170,15 +170,15 @@ def test_trainjob_differs_where_trainer_v2_differs():
     JobSet api/jobset/v1alpha2/jobset_types.go)."""
     train_job = JOB_KINDS["TrainJob"]
 
-    assert train_job.success_condition == "Complete"
-    assert (train_job.replica_statuses_key, train_job.replica_statuses_list_key) == ("jobsStatus", "name")
-    assert train_job.job_name_label == "jobset.sigs.k8s.io/jobset-name"
-    assert train_job.replica_type_label == "jobset.sigs.k8s.io/replicatedjob-name"
-    assert train_job.replica_index_label == "batch.kubernetes.io/job-completion-index"
-    assert train_job.leader_pod_labels == (("jobset.sigs.k8s.io/job-index", "0"),)
+    assert train_job.status.success_condition == "Complete"
+    assert (train_job.status.replica_statuses_key, train_job.status.replica_statuses_list_key) == ("jobsStatus", "name")
+    assert train_job.pod_labels.job_name == "jobset.sigs.k8s.io/jobset-name"
+    assert train_job.pod_labels.replica_type == "jobset.sigs.k8s.io/replicatedjob-name"
+    assert train_job.pod_labels.replica_index == "batch.kubernetes.io/job-completion-index"
+    assert train_job.pod_labels.leader_extra == (("jobset.sigs.k8s.io/job-index", "0"),)
     assert train_job.suspend_path == ("spec", "suspend")
     assert train_job.scalable_while_suspended is False
-    assert train_job.status_has_times is False
+    assert train_job.status.has_times is False
     assert train_job.builder_name() == "TrainJobOperator"
 
 
@@ -186,7 +186,7 @@ def test_v1_and_mpi_kinds_keep_suspend_in_the_run_policy():
     for name, kind in JOB_KINDS.items():
         if name != "TrainJob":
             assert kind.suspend_path == ("spec", "runPolicy", "suspend"), name
-            assert kind.success_condition == "Succeeded", name
+            assert kind.status.success_condition == "Succeeded", name
             assert kind.builder_name() == f"TrainingJobOperator(kind={name!r})"
 
 
@@ -194,8 +194,8 @@ def test_kind_of_reads_the_object_s_own_kind():
     assert kind_of({"kind": "TrainJob"}) is JOB_KINDS["TrainJob"]
     assert kind_of({"kind": "MPIJob"}) is JOB_KINDS["MPIJob"]
     # Without a kind (or an unknown one) the training-operator's status shape applies.
-    assert kind_of({}).success_condition == "Succeeded"
-    assert kind_of({"kind": "Pod"}).replica_statuses_key == "replicaStatuses"
+    assert kind_of({}).status.success_condition == "Succeeded"
+    assert kind_of({"kind": "Pod"}).status.replica_statuses_key == "replicaStatuses"
 
 
 def test_training_runtime_kinds():

@@ -39,7 +39,7 @@ def allreduce(values: list) -> float:
 
 def finished(hook: FakeTrainingJobHook, leader: str, container: str, message: str | None) -> None:
     """The job's pods as the operator leaves them: the leader's container terminated with ``message``."""
-    label = get_job_kind("MPIJob" if leader == "launcher" else "PyTorchJob").replica_type_label
+    label = get_job_kind("MPIJob" if leader == "launcher" else "PyTorchJob").pod_labels.replica_type
     terminated: dict[str, Any] = {"exitCode": 0, "reason": "Completed"}
     if message is not None:
         terminated["message"] = message
