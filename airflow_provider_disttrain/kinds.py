@@ -1,8 +1,11 @@
 """The table of Kubeflow training job kinds.
 
 Everything that differs between job kinds lives here as data, so that the manifest builder, the
-status reader, the hooks and the operators never branch on a kind's name. Adding a kind that shares
-the training-operator's status shape is one entry in ``JOB_KINDS``.
+status reader, the hooks and the operators never branch on a kind's name (tests/unit/test_layers.py
+greps for such branches). A ``JobKind`` holds its API resource (``ApiResource``, the descriptor also
+of Kueue Workloads and Trainer runtimes), what the builder adds (``BuildDefaults``), how its status
+reads (``StatusShape``) and how its pods are labelled (``PodLabels``), beside the replica rules.
+Adding a kind that shares the training-operator's status shape is one entry in ``JOB_KINDS``.
 """
 
 from __future__ import annotations
@@ -101,6 +104,22 @@ class PodLabels:
 
 
 @dataclass(frozen=True)
+class BuildDefaults:
+    """What the manifest builder adds for a kind when it builds a job from the operator's parameters."""
+
+    port: int | None = None
+    """The container port the kind's operator expects (named ``port_name``), when the template has none."""
+    port_name: str | None = None
+    leader_replica: str | None = None
+    """Replica added beside the workers (always 1 replica); None: workers only."""
+    restart_policy: str = "OnFailure"
+    leader_gets_accelerators: bool = True
+    """Whether the per-replica GPU request applies to the leader too (not to an MPI launcher)."""
+    worker_command: tuple[str, ...] | None = None
+    """Command for worker pods when the builder's command is meant for the leader only (MPI sshd)."""
+
+
+@dataclass(frozen=True)
 class JobKind:
     """What the provider needs to know about one Kubeflow job kind."""
 
@@ -111,23 +130,16 @@ class JobKind:
     pods come from its runtime's replicated jobs."""
     container_name: str
     """Container name the operator looks for in each replica's pod template (and the builder's name)."""
-    default_port: int | None
-    port_name: str | None
     leader_replica: str | None
     """Replica whose pod speaks for the job (logs, exit reason); None means worker 0."""
-    builder_leader_replica: str | None
-    """Replica the builder adds beside the workers when building from parameters (always 1 replica)."""
+    builder: BuildDefaults
+    """What the builder makes of the operator's parameters for this kind."""
     replica_types: frozenset[str] = frozenset({"Master", "Worker"})
     """Replica types the operator accepts in the replica specs."""
     worker_replica: str = "Worker"
     status: StatusShape = StatusShape()
     pod_labels: PodLabels = PodLabels()
     restart_policies: frozenset[str] = frozenset({"Always", "OnFailure", "Never", "ExitCode"})
-    default_restart_policy: str = "OnFailure"
-    leader_gets_accelerators: bool = True
-    """Whether the builder's per-replica GPU request applies to the leader too (not to an MPI launcher)."""
-    worker_command: tuple[str, ...] | None = None
-    """Command for worker pods when the builder's command is meant for the leader only (MPI sshd)."""
     supports_elastic: bool = False
     spec_choices: tuple[tuple[str, frozenset[str]], ...] = ()
     """Allowed values of enum-like spec fields, by dotted path under ``spec``."""
@@ -217,10 +229,8 @@ JOB_KINDS: dict[str, JobKind] = {
             resource=ApiResource("PyTorchJob", _V1_GROUP, "v1", "pytorchjobs"),
             replica_specs_key="pytorchReplicaSpecs",
             container_name="pytorch",
-            default_port=23456,
-            port_name="pytorchjob-port",
             leader_replica="Master",
-            builder_leader_replica="Master",
+            builder=BuildDefaults(port=23456, port_name="pytorchjob-port", leader_replica="Master"),
             supports_elastic=True,
             spec_choices=(("elasticPolicy.rdzvBackend", frozenset({"c10d", "etcd", "etcd-v2"})),),
         ),
@@ -230,15 +240,15 @@ JOB_KINDS: dict[str, JobKind] = {
             # mpi-operator v2beta1 does not look the container up by name; the first one is used.
             container_name="mpi",
             requires_named_container=False,
-            default_port=None,
-            port_name=None,
             leader_replica="Launcher",
-            builder_leader_replica="Launcher",
+            builder=BuildDefaults(
+                leader_replica="Launcher",
+                restart_policy="Never",
+                leader_gets_accelerators=False,
+                worker_command=("/usr/sbin/sshd", "-De"),
+            ),
             restart_policies=frozenset({"Never", "OnFailure"}),
-            default_restart_policy="Never",
             pod_labels=PodLabels(replica_type=JOB_ROLE_LABEL),
-            leader_gets_accelerators=False,
-            worker_command=("/usr/sbin/sshd", "-De"),
             replica_types=frozenset({"Launcher", "Worker"}),
             normalises_replica_types=False,
             unindexed_replicas=frozenset({"Launcher"}),
@@ -255,10 +265,8 @@ JOB_KINDS: dict[str, JobKind] = {
             resource=ApiResource("TFJob", _V1_GROUP, "v1", "tfjobs"),
             replica_specs_key="tfReplicaSpecs",
             container_name="tensorflow",
-            default_port=2222,
-            port_name="tfjob-port",
             leader_replica="Chief",
-            builder_leader_replica=None,
+            builder=BuildDefaults(port=2222, port_name="tfjob-port"),
             # Master is the older name of Chief, still accepted (IsChiefOrMaster); a job has one or the other.
             replica_types=frozenset({"Chief", "Master", "PS", "Worker", "Evaluator"}),
             leader_aliases=frozenset({"Master"}),
@@ -267,28 +275,22 @@ JOB_KINDS: dict[str, JobKind] = {
             resource=ApiResource("XGBoostJob", _V1_GROUP, "v1", "xgboostjobs"),
             replica_specs_key="xgbReplicaSpecs",
             container_name="xgboost",
-            default_port=9999,
-            port_name="xgboostjob-port",
             leader_replica="Master",
-            builder_leader_replica="Master",
+            builder=BuildDefaults(port=9999, port_name="xgboostjob-port", leader_replica="Master"),
         ),
         JobKind(
             resource=ApiResource("PaddleJob", _V1_GROUP, "v1", "paddlejobs"),
             replica_specs_key="paddleReplicaSpecs",
             container_name="paddle",
-            default_port=36543,
-            port_name="master",
             leader_replica="Master",
-            builder_leader_replica=None,
+            builder=BuildDefaults(port=36543, port_name="master"),
         ),
         JobKind(
             resource=ApiResource("JAXJob", _V1_GROUP, "v1", "jaxjobs"),
             replica_specs_key="jaxReplicaSpecs",
             container_name="jax",
-            default_port=6666,
-            port_name="jaxjob-port",
             leader_replica=None,
-            builder_leader_replica=None,
+            builder=BuildDefaults(port=6666, port_name="jaxjob-port"),
             replica_types=frozenset({"Worker"}),
         ),
         # Kubeflow Trainer v2.3 (github.com/kubeflow/trainer/v2 pkg/apis/trainer/v1alpha1/trainjob_types.go).
@@ -299,10 +301,8 @@ JOB_KINDS: dict[str, JobKind] = {
             resource=ApiResource("TrainJob", _TRAINER_GROUP, "v1alpha1", "trainjobs"),
             replica_specs_key=None,
             container_name="node",
-            default_port=None,
-            port_name=None,
             leader_replica="node",
-            builder_leader_replica=None,
+            builder=BuildDefaults(),
             replica_types=frozenset({"node"}),
             worker_replica="node",
             restart_policies=frozenset(),

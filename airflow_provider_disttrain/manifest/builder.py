@@ -71,7 +71,7 @@ def _resources_for(params: JobParameters, replica_type: str, kind: JobKind) -> d
         else:
             by_type = {kind.canonical_replica_type(key) or key: value for key, value in params.resources.items()}
             resources = copy.deepcopy(dict(by_type.get(replica_type) or {}))
-    gets_gpus = replica_type != kind.builder_leader_replica or kind.leader_gets_accelerators
+    gets_gpus = replica_type != kind.builder.leader_replica or kind.builder.leader_gets_accelerators
     if params.gpus_per_replica is not None and gets_gpus:
         resources.setdefault("limits", {})[GPU_RESOURCE] = params.gpus_per_replica
     return resources or None
@@ -94,11 +94,11 @@ def canonical_replica_specs(kind: JobKind, specs: Mapping[str, Any]) -> dict[str
 
 def _skeleton(kind: JobKind, params: JobParameters) -> dict[str, Any]:
     replica_specs: dict[str, Any] = {}
-    if kind.builder_leader_replica and params.with_leader:
-        replica_specs[kind.builder_leader_replica] = {"replicas": 1, "restartPolicy": kind.default_restart_policy}
+    if kind.builder.leader_replica and params.with_leader:
+        replica_specs[kind.builder.leader_replica] = {"replicas": 1, "restartPolicy": kind.builder.restart_policy}
     replica_specs[kind.worker_replica] = {
         "replicas": params.num_workers if params.num_workers is not None else 1,
-        "restartPolicy": kind.default_restart_policy,
+        "restartPolicy": kind.builder.restart_policy,
     }
     return {
         "apiVersion": kind.resource.api_version,
@@ -144,11 +144,11 @@ def _apply_to_replica(kind: JobKind, replica_type: str, replica: dict[str, Any],
 
     if params.image is not None:
         container["image"] = params.image
-    if kind.worker_command is not None and replica_type == kind.worker_replica:
+    if kind.builder.worker_command is not None and replica_type == kind.worker_replica:
         # The builder's command is the launcher's (mpirun/horovodrun); workers only serve SSH. A worker
         # from the user's manifest keeps its own command (its image may start sshd by itself).
         if created:
-            container["command"] = list(kind.worker_command)
+            container["command"] = list(kind.builder.worker_command)
     else:
         if params.command is not None:
             container["command"] = list(params.command)
@@ -159,8 +159,8 @@ def _apply_to_replica(kind: JobKind, replica_type: str, replica: dict[str, Any],
     resources = _resources_for(params, replica_type, kind)
     if resources:
         container["resources"] = deep_merge(container.get("resources", {}), resources)
-    if kind.port_name and kind.default_port and not container.get("ports"):
-        container["ports"] = [{"name": kind.port_name, "containerPort": kind.default_port}]
+    if kind.builder.port_name and kind.builder.port and not container.get("ports"):
+        container["ports"] = [{"name": kind.builder.port_name, "containerPort": kind.builder.port}]
 
     pod = params.pod_options
     volumes = list(pod.volumes or [])
@@ -206,7 +206,7 @@ def build_manifest(
         return manifest
     replica_specs = spec[kind.replica_specs_key] = canonical_replica_specs(kind, replica_specs)
     if params.num_workers is not None:
-        worker = replica_specs.setdefault(kind.worker_replica, {"restartPolicy": kind.default_restart_policy})
+        worker = replica_specs.setdefault(kind.worker_replica, {"restartPolicy": kind.builder.restart_policy})
         worker["replicas"] = params.num_workers
     for replica_type, replica in replica_specs.items():
         if isinstance(replica, dict):

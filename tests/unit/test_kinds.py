@@ -12,6 +12,7 @@ from airflow_provider_disttrain.kinds import (
     REPLICA_TYPE_LABEL,
     TRAINING_RUNTIME_KINDS,
     ApiResource,
+    BuildDefaults,
     JobKind,
     get_job_kind,
     kind_of,
@@ -53,8 +54,8 @@ def test_kind_matches_the_operators_crd(name):
     assert kind.resource.plural == plural
     assert kind.replica_specs_key == specs_key
     assert kind.container_name == container
-    assert kind.default_port == port
-    assert kind.port_name == port_name
+    assert kind.builder.port == port
+    assert kind.builder.port_name == port_name
     assert kind.leader_replica == leader
 
 
@@ -62,9 +63,9 @@ def test_kind_matches_the_operators_crd(name):
 def test_every_kind_is_internally_consistent(kind):
     assert kind.worker_replica in kind.replica_types
     assert kind.leader_replica is None or kind.leader_replica in kind.replica_types
-    assert kind.builder_leader_replica is None or kind.builder_leader_replica in kind.replica_types
+    assert kind.builder.leader_replica is None or kind.builder.leader_replica in kind.replica_types
     if kind.replica_specs_key is not None:  # a TrainJob's restart policy is its runtime's
-        assert kind.default_restart_policy in kind.restart_policies
+        assert kind.builder.restart_policy in kind.restart_policies
     else:
         assert kind.node_count_path is not None and kind.operator is not None
     assert kind.resource.plural == kind.kind.lower() + "s"
@@ -79,10 +80,10 @@ def test_mpijob_differs_where_the_mpi_operator_differs():
 
     assert mpi.replica_types == frozenset({"Launcher", "Worker"})
     assert mpi.restart_policies == frozenset({"Never", "OnFailure"})
-    assert mpi.default_restart_policy == "Never"
+    assert mpi.builder.restart_policy == "Never"
     assert mpi.pod_labels.replica_type == JOB_ROLE_LABEL
-    assert mpi.leader_gets_accelerators is False
-    assert mpi.worker_command == ("/usr/sbin/sshd", "-De")
+    assert mpi.builder.leader_gets_accelerators is False
+    assert mpi.builder.worker_command == ("/usr/sbin/sshd", "-De")
     assert mpi.requires_named_container is False
     assert dict(mpi.spec_choices)["mpiImplementation"] == frozenset({"OpenMPI", "Intel", "MPICH"})
 
@@ -102,7 +103,7 @@ def test_pytorch_elastic_rendezvous_backends():
 
 @pytest.mark.parametrize(("name", "expected"), [("PyTorchJob", "Master"), ("MPIJob", "Launcher"), ("TFJob", None)])
 def test_builder_leader_replica(name, expected):
-    assert JOB_KINDS[name].builder_leader_replica == expected
+    assert JOB_KINDS[name].builder.leader_replica == expected
 
 
 @pytest.mark.parametrize(
@@ -154,15 +155,13 @@ def test_a_job_kind_defaults_to_master_and_worker():
         resource=ApiResource("DemoJob", "example.org", "v1alpha1", "demojobs"),
         replica_specs_key="demoReplicaSpecs",
         container_name="demo",
-        default_port=None,
-        port_name=None,
         leader_replica="Master",
-        builder_leader_replica="Master",
+        builder=BuildDefaults(leader_replica="Master"),
     )
     assert kind.resource.api_version == "example.org/v1alpha1"
     assert kind.replica_types == frozenset({"Master", "Worker"})
     assert kind.restart_policies == frozenset({"Always", "OnFailure", "Never", "ExitCode"})
-    assert kind.default_restart_policy == "OnFailure"
+    assert kind.builder.restart_policy == "OnFailure"
 
 
 def test_trainjob_differs_where_trainer_v2_differs():
@@ -221,7 +220,7 @@ def test_a_kind_added_to_the_table_alone_is_built_validated_submitted_and_waited
         resource=ApiResource("FakeJob", "fake.example.com", "v1alpha1", "fakejobs"),
         replica_specs_key="fakeReplicaSpecs",
         container_name="fake",
-        builder_leader_replica=None,
+        builder=replace(kinds.JOB_KINDS["PyTorchJob"].builder, leader_replica=None),
         leader_replica=None,
         replica_types=frozenset({"Worker"}),
     )
@@ -244,6 +243,6 @@ def test_a_kind_added_to_the_table_alone_is_built_validated_submitted_and_waited
     assert worker["template"]["spec"]["containers"][0] == {
         "name": "fake",
         "image": "t:1",
-        "ports": [{"name": fake.port_name, "containerPort": fake.default_port}],
+        "ports": [{"name": fake.builder.port_name, "containerPort": fake.builder.port}],
     }
     assert (result["kind"], result["state"]) == ("FakeJob", "succeeded")
