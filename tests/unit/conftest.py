@@ -46,6 +46,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
+def called_by_the_task_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests call ``execute`` directly; tell Airflow's guard against that it is on purpose."""
+    from airflow.sdk.bases.operator import ExecutorSafeguard
+
+    monkeypatch.setattr(ExecutorSafeguard, "test_mode", True)
+
+
+@pytest.fixture(autouse=True)
 def no_trigger_settle(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The trigger's settle time (a workaround for an Airflow scheduler race) is its own story, told in
     tests/unit/triggers/test_training_job_settle.py; every other story sees events when they happen."""

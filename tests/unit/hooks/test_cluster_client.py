@@ -25,6 +25,7 @@ from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import make_job, running_status, succeeded_status
+from tests.unit.waiting import until
 
 # The plugin's next run: "ok" issues the token, "fail-once" exits 1 and then issues it, "hang" sleeps.
 PLUGIN = """
@@ -222,10 +223,3 @@ async def _first_event(trigger: TrainingJobTrigger) -> dict[str, Any]:
     async for event in trigger.run():
         return event.payload
     raise AssertionError("no event")
-
-
-async def until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
