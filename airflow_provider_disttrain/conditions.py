@@ -1,8 +1,10 @@
-"""Reading ``status.conditions``, the one shape jobs, Workloads and JobSets share (pure)."""
+"""Reading an object's ``status.conditions`` (the one shape jobs, Workloads and JobSets share) and the
+API's RFC 3339 times (pure)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 
@@ -18,3 +20,13 @@ def condition(obj: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] 
 
 def is_true(condition: Mapping[str, Any]) -> bool:
     return str(condition.get("status", "")).lower() == "true"
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An API timestamp (``2024-05-01T10:00:00Z``) as an aware datetime; None when absent or malformed."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_provider_disttrain.conditions import parse_time
 from airflow_provider_disttrain.outcome import JobRef, check_job, seconds_to_deadline
-from airflow_provider_disttrain.status import JobState, parse_time
+from airflow_provider_disttrain.status import JobState
 
 # Airflow 3 (through 3.3) does not time a deferred task out by its execution_timeout: the execution API
 # sets the deferral's trigger_timeout only from the ``timeout`` given to ``defer``. The trigger enforces

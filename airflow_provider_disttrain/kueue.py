@@ -14,10 +14,9 @@ nothing from the rest of the provider but ``exceptions`` and ``kube_rules``, so 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
-from airflow_provider_disttrain.conditions import condition
+from airflow_provider_disttrain.conditions import condition, parse_time
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import ApiResource
 from airflow_provider_disttrain.manifest.kube_rules import DNS1123_LABEL_MAX_LENGTH, is_dns1123_subdomain
@@ -65,10 +64,8 @@ def _is(condition: Mapping[str, Any] | None, status: str) -> bool:
 
 
 def _epoch(value: Any) -> float | None:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() if value else None
-    except ValueError:
-        return None
+    parsed = parse_time(value)
+    return parsed.timestamp() if parsed is not None else None
 
 
 def held_by_kueue(job: Mapping[str, Any]) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow_provider_disttrain.conditions import parse_time
 from airflow_provider_disttrain.naming import (
     DAG_ID_LABEL,
     LABEL_PREFIX,
@@ -28,7 +29,7 @@ from airflow_provider_disttrain.naming import (
     TASK_INSTANCE_LABEL,
     task_instance_key,
 )
-from airflow_provider_disttrain.status import job_state, parse_time
+from airflow_provider_disttrain.status import job_state
 
 ORPHANED_SINCE_ANNOTATION = f"{LABEL_PREFIX}/orphaned-since"
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-from airflow_provider_disttrain.conditions import conditions, is_true
+from airflow_provider_disttrain.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.kinds import JobKind, kind_of
 from airflow_provider_disttrain.kueue import describe_hold, held_by_kueue
 
@@ -146,15 +145,6 @@ def failure_condition(job: Mapping[str, Any]) -> tuple[str, str] | None:
         if condition.get("type") == "Failed" and is_true(condition):
             return str(condition.get("reason") or ""), str(condition.get("message") or "")
     return None
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _times(job: Mapping[str, Any]) -> tuple[Any, Any]:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.conditions import parse_time
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kueue import (
     JOB_UID_LABEL,
@@ -18,7 +19,7 @@ from airflow_provider_disttrain.kueue import (
     waiting_message,
     workload_of,
 )
-from airflow_provider_disttrain.status import JobState, describe_state, job_state, parse_time
+from airflow_provider_disttrain.status import JobState, describe_state, job_state
 from tests.unit.fakes import condition, make_job
 
 CREATED = "2026-11-30T10:00:00Z"

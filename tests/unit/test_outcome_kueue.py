@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from airflow_provider_disttrain.conditions import parse_time
 from airflow_provider_disttrain.outcome import TIMEOUT, JobRef, check_job, seconds_to_deadline
-from airflow_provider_disttrain.status import JobState, parse_time
+from airflow_provider_disttrain.status import JobState
 from tests.unit.test_kueue import CREATED, QUOTA_MESSAGE, RESUMED, held, queued_job, released
 
 REF = JobRef("PyTorchJob", "train-abc", "default", "uid-1")
