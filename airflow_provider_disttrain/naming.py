@@ -11,10 +11,10 @@ import secrets
 import string
 from collections.abc import Mapping
 
+# The Kubernetes rules these names must obey (DNS-1035, label values) are manifest/kube_rules.py's.
+
 MAX_NAME_LENGTH = 63
 SUFFIX_LENGTH = 6
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
 
 LABEL_PREFIX = "disttrain.airflow.apache.org"
@@ -26,10 +26,6 @@ TRY_NUMBER_LABEL = f"{LABEL_PREFIX}/try-number"
 # Label values are cut to 63 characters, so two long run ids could collide; the hash of the full
 # task-instance identity is what reattachment selects on.
 TASK_INSTANCE_LABEL = f"{LABEL_PREFIX}/task-instance"
-
-
-def is_dns1035_label(name: str) -> bool:
-    return len(name) <= MAX_NAME_LENGTH and bool(_DNS1035.fullmatch(name))
 
 
 def to_dns1035(text: str) -> str:
@@ -60,10 +56,6 @@ def sanitize_label_value(value: object) -> str:
     text = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(value))[:MAX_NAME_LENGTH]
     text = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", text)
     return text
-
-
-def is_label_value(value: str) -> bool:
-    return len(value) <= MAX_NAME_LENGTH and bool(_LABEL_VALUE.fullmatch(value))
 
 
 def task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: int | None) -> str:

@@ -105,8 +105,21 @@ def is_qualified_name(value: str) -> bool:
     return len(name) <= QUALIFIED_NAME_MAX_LENGTH and bool(_QUALIFIED_NAME_PART.fullmatch(name))
 
 
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def is_dns1035_label(value: str) -> bool:
+    """``IsDNS1035Label``: what a Service name must be (the Kubeflow operators name one after each pod)."""
+    return len(value) <= DNS1123_LABEL_MAX_LENGTH and bool(_DNS1035_LABEL.fullmatch(value))
+
+
 LABEL_VALUE_MAX_LENGTH = 63
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def is_label_value(value: str) -> bool:
+    """``IsValidLabelValue``: at most 63 of ``[A-Za-z0-9_.-]``, alphanumeric at both ends, or empty."""
+    return len(value) <= LABEL_VALUE_MAX_LENGTH and bool(_LABEL_VALUE.fullmatch(value))
 
 
 def label_problems(labels: object) -> list[tuple[str, str]]:

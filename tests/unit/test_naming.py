@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from airflow_provider_disttrain.manifest.kube_rules import is_dns1035_label, is_label_value
 from airflow_provider_disttrain.naming import (
     DAG_ID_LABEL,
     MAP_INDEX_LABEL,
@@ -15,8 +16,6 @@ from airflow_provider_disttrain.naming import (
     TASK_INSTANCE_LABEL,
     TRY_NUMBER_LABEL,
     generate_job_name,
-    is_dns1035_label,
-    is_label_value,
     label_selector,
     random_suffix,
     sanitize_label_value,

@@ -49,13 +49,14 @@ def test_a_refused_env_is_not_echoed(env: Any) -> None:
 
 def test_a_trailing_newline_never_passes_a_name_rule():
     from airflow_provider_disttrain.manifest.kube_rules import (
+        is_dns1035_label,
         is_dns1123_label,
         is_dns1123_subdomain,
+        is_label_value,
         is_qualified_name,
         namespace_problem,
         quantity_problem,
     )
-    from airflow_provider_disttrain.naming import is_dns1035_label, is_label_value
 
     for check in (is_dns1035_label, is_label_value, is_dns1123_label, is_dns1123_subdomain, is_qualified_name):
         assert check("train") and not check("train\n"), check.__name__
