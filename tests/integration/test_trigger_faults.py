@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from airflow_provider_disttrain.triggers.training_job import SETTLE_SECONDS
 from tests.integration.conftest import ADMIN_KUBECONFIG, SA_NAME, SA_NAMESPACE, cluster_script
 from tests.integration.provider_requests import ProviderRequests
 
@@ -368,9 +369,12 @@ def test_a_job_deleted_mid_wait_by_someone_else_ends_the_wait_with_an_error_nami
     trigger = make_trigger(namespace, "doomed", uids["doomed"])
 
     async def delete_mid_wait() -> tuple[dict[str, Any], float]:
+        started = time.time()
         waiting = asyncio.create_task(run_like_the_triggerer(trigger))
         await in_thread(jobs.wait_for, lambda: running_pods(jobs, namespace) == 1, 60, "the job's pod running")
-        await asyncio.sleep(1)
+        # Deleted once the trigger's settle time is over (no event comes sooner: its own story, told in
+        # tests/unit/triggers/test_training_job_settle.py), so the delay measured is the watch's.
+        await asyncio.sleep(max(1.0, started + SETTLE_SECONDS + 1 - time.time()))
         assert not waiting.done(), waiting.result()
         delete = jobs.custom.delete_namespaced_custom_object
         await in_thread(delete, "kubeflow.org", "v1", namespace, "pytorchjobs", "doomed")
@@ -389,7 +393,9 @@ def test_a_job_deleted_mid_wait_by_someone_else_ends_the_wait_with_an_error_nami
 def test_each_startup_deadline_fires_on_time_although_nothing_changes_on_the_server(namespace, admin_api):
     uids = submit_jobs(admin_api, namespace, {"no-gpus-a": {}, "no-gpus-b": {}}, gpus_per_replica=100)
     # Nothing will ever happen to these jobs (100 GPUs never schedule): only the deadlines end the waits.
-    deadlines = {"no-gpus-a": time.time() + 6, "no-gpus-b": time.time() + 10}
+    # Both after the trigger's settle time (no event comes sooner), 4 s apart.
+    settled = time.time() + SETTLE_SECONDS
+    deadlines = {"no-gpus-a": settled + 2, "no-gpus-b": settled + 6}
     triggers = [make_trigger(namespace, name, uids[name], startup_deadline=deadlines[name]) for name in uids]
 
     async def wait_for_both() -> list[tuple[dict[str, Any], float]]:
