@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares what the executing node's containers run with, in place of an image (see "The executing
 # node" in dev/cluster/README.md): Debian's Open MPI, sshd and mpi4py; a venv of the machine's
-# /usr/bin/python3 with training/requirements.txt (torch, cached in $DISTTRAIN_CACHE); and the
+# /usr/bin/python3 with training/requirements.txt (torch, in $DISTTRAIN_IMAGE_VENV_ROOT); and the
 # image's files: /workspace (the training scripts) and an ssh client config. Writes
 # $DEVCLUSTER_DIR/node-image.env. Idempotent and quick once installed.
 set -euo pipefail
@@ -22,11 +22,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 REQUIREMENTS="$REPO_ROOT/training/requirements.txt"
-IMAGE_VENV="$DISTTRAIN_CACHE/image-venv-$(sha256sum "$REQUIREMENTS" | cut -c1-12)"
+# Outside $HOME, as an image's files are: the pods' non-root users (runAsUser, which the PodSecurity
+# "restricted" profile requires) must reach it, and a home directory is often 0700 (/root is).
+IMAGE_VENV_ROOT="${DISTTRAIN_IMAGE_VENV_ROOT:-/opt/airflow-provider-disttrain}"
+IMAGE_VENV="$IMAGE_VENV_ROOT/image-venv-$(sha256sum "$REQUIREMENTS" | cut -c1-12)"
 if [ ! -f "$IMAGE_VENV/.installed" ]; then
   t=$SECONDS
   log "creating the executing node's Python environment $IMAGE_VENV (torch: about 5 GB the first time)"
   command -v uv >/dev/null || die "uv not found (make venv installs it)"
+  mkdir -p "$IMAGE_VENV_ROOT"
   uv venv --quiet --allow-existing --system-site-packages -p /usr/bin/python3 "$IMAGE_VENV"
   uv pip install --quiet -p "$IMAGE_VENV/bin/python" -r "$REQUIREMENTS"
   touch "$IMAGE_VENV/.installed"
