@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -40,22 +39,6 @@ SAVE_EVERY_SECONDS = 30.0
 DEFAULT_BYTES_PER_SECOND = 16_384
 _RETRY_SECONDS = (2.0, 5.0, 15.0, 30.0)
 _FINISHED_PHASES = ("Succeeded", "Failed")
-MAX_STREAMS_PER_CLUSTER = 64
-"""Followed logs open at once on one cluster's shared client. Each holds one of the client's 100
-pooled connections for as long as it runs; the rest stay free for the shared watch, GETs and the
-position patches (the benchmark saw patches time out when 100 streams held the whole pool). A job
-beyond this waits for a free slot; its lines are then read on from where they start, or copied by the
-task at the end."""
-_stream_slots: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = weakref.WeakKeyDictionary()
-
-
-def _slots(cluster: Any) -> asyncio.Semaphore:
-    slots = _stream_slots.get(cluster)
-    if slots is None:
-        slots = _stream_slots[cluster] = asyncio.Semaphore(MAX_STREAMS_PER_CLUSTER)
-    return slots
-
-
 _NANOSECONDS = 1_000_000_000
 
 
@@ -163,7 +146,7 @@ class LeaderLogFollower:
         """Stream the leader's log until the stream ends; the leader pod's phase (None: no leader yet)."""
         from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
 
-        async with _slots(self.cluster), self.cluster.lease() as (api, generation):
+        async with self.cluster.log_stream() as (api, generation):
             jobs = AsyncJobClient(api)
             try:
                 return await self._stream(jobs)
@@ -240,7 +223,7 @@ class LeaderLogFollower:
 
         self._saved_at = now  # a refused patch is tried again only after SAVE_EVERY_SECONDS too
         try:
-            async with self.cluster.lease() as (api, _):
+            async with self.cluster.short_request() as (api, _):
                 patch = {"metadata": {"annotations": {LOG_POSITION_ANNOTATION: value}}}
                 await AsyncJobClient(api).merge_patch_job(self.kind, self.name, self.namespace, patch)
         except Exception as error:  # never cuts the stream short: a restart would only re-read more

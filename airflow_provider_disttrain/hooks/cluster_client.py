@@ -35,6 +35,17 @@ CLIENT_MAX_AGE_SECONDS = 600.0
 BUILD_TIMEOUT_SECONDS = 60.0
 # After a periodic rebuild failed, the current client is used this long before the next try.
 BUILD_RETRY_SECONDS = 30.0
+MAX_SHORT_REQUESTS = 8
+"""One-off requests (a GET of one job, a position patch) in flight at once on one cluster's client.
+Each request in flight holds one of the client's 100 pooled connections, and every connection opened
+keeps its TLS state and buffers until it idles out, its memory in the process for good. Without a
+bound, 200 sensors deferred at once read their jobs in one burst and opened the whole pool (the
+scale benchmark's unlabelled path: 100 connections, ~190 KB per waiting job against ~37 KB on the
+labelled path). Eight in flight answer such a burst at the API server's pace all the same."""
+MAX_LOG_STREAMS = 64
+"""Followed logs open at once on one cluster's client. Each holds a pooled connection for as long as
+it runs; the rest of the pool stays free for the watches and the short requests (the benchmark saw
+patches time out when 100 streams held the whole pool). A follower beyond this waits for a slot."""
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +140,8 @@ class ClusterClient:
         self._built = 0
         self._building: asyncio.Task[_Generation] | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._short_slots = asyncio.Semaphore(MAX_SHORT_REQUESTS)
+        self._stream_slots = asyncio.Semaphore(MAX_LOG_STREAMS)
 
     @property
     def generation(self) -> int:
@@ -154,6 +167,18 @@ class ClusterClient:
         finally:
             current.leases -= 1
             self._close_if_idle(current)
+
+    @contextlib.asynccontextmanager
+    async def short_request(self) -> AsyncIterator[tuple[Any, int]]:
+        """A lease for one short request, once one of ``MAX_SHORT_REQUESTS`` slots is free."""
+        async with self._short_slots, self.lease() as leased:
+            yield leased
+
+    @contextlib.asynccontextmanager
+    async def log_stream(self) -> AsyncIterator[tuple[Any, int]]:
+        """A lease for one followed log, once one of ``MAX_LOG_STREAMS`` slots is free."""
+        async with self._stream_slots, self.lease() as leased:
+            yield leased
 
     async def renew(self, failed_generation: int) -> None:
         """Build a new client, unless one newer than ``failed_generation`` was built meanwhile."""

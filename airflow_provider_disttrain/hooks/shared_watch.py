@@ -455,7 +455,7 @@ class SharedWatch:
 
         # Only job watches are read by name (a Workload appears in its watch once Kueue made it).
         assert isinstance(self.kind, JobKind) and not self.key.index_label
-        async with self.cluster.lease() as (api, _):
+        async with self.cluster.short_request() as (api, _):
             return await AsyncJobClient(api).get_job(self.kind, name, self.key.namespace)
 
 

@@ -68,6 +68,7 @@ class FakeApiServer:
         self.tokens = {"good-token"}
         self.requests: list[tuple[str, dict[str, str]]] = []  # (verb, query parameters)
         self.paths: list[tuple[str, str]] = []  # (verb, URL path): which resource each request was for
+        self.client_connections: set[Any] = set()  # the client's TCP connections (peer addresses) ever seen
         self.faults: dict[str, list[tuple[int, str]]] = {
             "list": [],
             "watch": [],
@@ -200,6 +201,8 @@ class FakeApiServer:
     def _refusal(self, request: web.Request, verb: str) -> web.Response | None:
         self.requests.append((verb, dict(request.query)))
         self.paths.append((verb, request.path))
+        if request.transport is not None:
+            self.client_connections.add(request.transport.get_extra_info("peername"))
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if token not in self.tokens:
             return _status(401, "Unauthorized", "Unauthorized")

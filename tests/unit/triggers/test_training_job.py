@@ -334,6 +334,25 @@ async def test_waits_on_unlabelled_jobs_share_one_watch_and_leave_the_pool_to_th
     assert [query.get("labelSelector") for query in apiserver.queries("list")] == [TASK_INSTANCE_LABEL, None]
 
 
+async def test_sensors_deferred_at_once_read_their_jobs_through_a_few_connections(apiserver: Any) -> None:
+    """120 sensors deferred in one burst each read their job by name once the watch has listed (it caches
+    only jobs someone waited for when it listed). Unbounded, those reads opened the client's whole pool
+    of 100 connections, each keeping its buffers in the triggerer for good; a few in flight at a time
+    answer the burst all the same."""
+    from airflow_provider_disttrain.hooks.cluster_client import MAX_SHORT_REQUESTS
+
+    names = [f"external-{number}" for number in range(120)]
+    for name in names:
+        await apiserver.put(make_job(name, "ml", uid=f"uid-{name}", status=succeeded_status()))
+
+    events = await asyncio.gather(*(run_once(make_trigger(apiserver, name=n, uid=f"uid-{n}")) for n in names))
+
+    assert [event["status"] for event in events] == ["success"] * len(names)
+    assert apiserver.count("get") >= len(names)  # every sensor did read its job
+    # The short requests' few, and one each for the labelled watch and the namespace's watch.
+    assert len(apiserver.client_connections) <= MAX_SHORT_REQUESTS + 2
+
+
 async def test_a_job_created_after_the_watch_listed_is_picked_up(apiserver: Any) -> None:
     """The operator created the job a moment after the shared watch last listed: the trigger reads it once."""
     await apiserver.put(make_job("other", "ml", uid="o", status=running_status(), labels={TASK_INSTANCE_LABEL: "o"}))

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import structlog
 
+from airflow_provider_disttrain.hooks.cluster_client import MAX_LOG_STREAMS
 from airflow_provider_disttrain.live_logs import (
     LOG_POSITION_ANNOTATION,
-    MAX_STREAMS_PER_CLUSTER,
     ByteBudget,
     decode_position,
     encode_position,
@@ -195,11 +195,11 @@ async def test_a_refused_position_patch_does_not_stop_the_stream(
 async def test_streams_on_one_cluster_are_capped_so_the_shared_client_keeps_connections_free(
     apiserver: Any, logged: list[MutableMapping[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import airflow_provider_disttrain.live_logs as live_logs
+    import airflow_provider_disttrain.hooks.cluster_client as cluster_client
     from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
     from tests.unit.fakes import make_job
 
-    monkeypatch.setattr(live_logs, "MAX_STREAMS_PER_CLUSTER", 1)
+    monkeypatch.setattr(cluster_client, "MAX_LOG_STREAMS", 1)
     add_pods(apiserver)
     apiserver.add_pod(make_pod("train-def", "master", 0, namespace=NAMESPACE))
     await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("first job"))
@@ -250,7 +250,7 @@ async def test_cancelled_triggers_leave_nothing_running(apiserver: Any) -> None:
         for name in names
     ]
     # 300 triggers' real loopback I/O: on a loaded machine much virtual time passes meanwhile.
-    await until(lambda: apiserver.open_log_streams == MAX_STREAMS_PER_CLUSTER, within=3600)  # the rest wait
+    await until(lambda: apiserver.open_log_streams == MAX_LOG_STREAMS, within=3600)  # the rest wait
 
     for task in tasks:
         task.cancel()
