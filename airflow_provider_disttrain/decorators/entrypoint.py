@@ -10,9 +10,9 @@ Two ways in:
   rank 0 (the function raised, or its value is not JSON or over 4 KB) is written there instead, so
   the task's failure explanation shows it.
 * ``... --mpirun [--mpi-implementation OpenMPI] [-- MPIRUN_ARGS...]`` in an MPIJob's launcher: start
-  the function on every slot with ``mpirun`` (forwarding the payload variable), pass the ranks'
-  output through, and keep rank 0's result line: rank 0 runs in a worker pod, whose termination
-  message nobody reads, so it prints the result for the launcher to write.
+  the function on every slot with ``mpirun`` (forwarding the payload variable and ``PYTHONPATH``),
+  pass the ranks' output through, and keep rank 0's result line: rank 0 runs in a worker pod, whose
+  termination message nobody reads, so it prints the result for the launcher to write.
 """
 
 from __future__ import annotations
@@ -82,17 +82,25 @@ def run_rank(env: Mapping[str, str]) -> int:
     return 0
 
 
-def mpirun_command(implementation: str, extra_args: Sequence[str], python: str) -> list[str]:
+def forwarded_variables(env: Mapping[str, str]) -> list[str]:
+    """What every rank needs from the launcher's environment: the payload, how to report, and the
+    ``PYTHONPATH`` (when set) by which this entrypoint was found. The ranks run the same interpreter and
+    module in the workers, but an ssh session starts with the system's environment, not the image's
+    (an image's ``ENV PYTHONPATH`` never reaches it)."""
+    return [PAYLOAD_ENV, RESULT_VIA_STDOUT_ENV, *(["PYTHONPATH"] if env.get("PYTHONPATH") else [])]
+
+
+def mpirun_command(implementation: str, extra_args: Sequence[str], python: str, env: Mapping[str, str]) -> list[str]:
     if implementation not in FORWARD_ENV:
         raise ValueError(f"--mpi-implementation: {implementation!r} is not one of {', '.join(FORWARD_ENV)}")
-    forward = FORWARD_ENV[implementation]([PAYLOAD_ENV, RESULT_VIA_STDOUT_ENV])
+    forward = FORWARD_ENV[implementation](forwarded_variables(env))
     return ["mpirun", *forward, *extra_args, python, "-m", ENTRYPOINT_MODULE]
 
 
 def launch_mpirun(implementation: str, extra_args: Sequence[str], env: Mapping[str, str]) -> int:
     """Run ``mpirun``, echo its output, and write rank 0's result (or the failure) as the termination message."""
     # The launcher and the workers run the same image, so this interpreter's path is valid on the workers.
-    command = mpirun_command(implementation, extra_args, sys.executable)
+    command = mpirun_command(implementation, extra_args, sys.executable, env)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**env, RESULT_VIA_STDOUT_ENV: "1"})
     record: dict[str, str] | None = None
     assert process.stdout is not None

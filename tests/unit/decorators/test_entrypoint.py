@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.decorators.entrypoint import mpirun_command
 from airflow_provider_disttrain.decorators.payload import (
     ENTRYPOINT_MODULE,
     MAX_TERMINATION_MESSAGE_BYTES,
@@ -216,3 +217,23 @@ def test_the_mpi_launcher_fails_when_another_rank_fails(no_airflow: Path, tmp_pa
 
     assert done.returncode == 1
     assert termination.read_text().startswith("mpirun exited with code 1")
+
+
+@pytest.mark.parametrize(
+    ("implementation", "env", "forward"),
+    [
+        ("OpenMPI", {"PATH": "/bin"}, ["-x", PAYLOAD_ENV, "-x", RESULT_VIA_STDOUT_ENV]),
+        ("OpenMPI", {"PYTHONPATH": "/app"}, ["-x", PAYLOAD_ENV, "-x", RESULT_VIA_STDOUT_ENV, "-x", "PYTHONPATH"]),
+        ("MPICH", {"PATH": "/bin"}, ["-genvlist", f"{PAYLOAD_ENV},{RESULT_VIA_STDOUT_ENV}"]),
+        ("MPICH", {"PYTHONPATH": "/app"}, ["-genvlist", f"{PAYLOAD_ENV},{RESULT_VIA_STDOUT_ENV},PYTHONPATH"]),
+    ],
+    ids=["openmpi", "openmpi-pythonpath", "mpich", "mpich-pythonpath"],
+)
+def test_mpirun_forwards_the_launchers_pythonpath_to_the_ranks_when_it_is_set(
+    implementation: str, env: dict[str, str], forward: list[str]
+) -> None:
+    """An ssh session into a worker starts without the image's environment: the ranks, which run the same
+    interpreter and module as the launcher, find the entrypoint only through the launcher's PYTHONPATH."""
+    command = mpirun_command(implementation, ["--allow-run-as-root"], "/venv/bin/python", env)
+
+    assert command == ["mpirun", *forward, "--allow-run-as-root", "/venv/bin/python", "-m", ENTRYPOINT_MODULE]
