@@ -11,11 +11,11 @@ from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.conftest import read_yaml
 from tests.unit.fakes import epoch
+from tests.unit.triggers import helpers
+from tests.unit.triggers.helpers import run_once
 
 # Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
 pytestmark = pytest.mark.usefixtures("virtual_clock")
-
-RUN_TIMEOUT = 600.0  # virtual seconds: a guard against a trigger that never fires
 
 
 def train_job(state: str) -> dict[str, Any]:
@@ -25,27 +25,7 @@ def train_job(state: str) -> dict[str, Any]:
 
 
 def make_trigger(apiserver: Any, **overrides: Any) -> TrainingJobTrigger:
-    kwargs: dict[str, Any] = {
-        "kind": "TrainJob",
-        "name": "tj-1",
-        "namespace": "ml",
-        "uid": "uid-1",
-        "config_dict": apiserver.kubeconfig(),
-        "poll_interval": 0.05,
-        "api_failure_tolerance": 60.0,
-    }
-    kwargs.update(overrides)
-    return TrainingJobTrigger(**kwargs)
-
-
-async def run_once(trigger: TrainingJobTrigger) -> dict[str, Any]:
-    events = await asyncio.wait_for(_collect(trigger), RUN_TIMEOUT)
-    assert len(events) == 1
-    return events[0]
-
-
-async def _collect(trigger: TrainingJobTrigger) -> list[dict[str, Any]]:
-    return [event.payload async for event in trigger.run()]
+    return helpers.make_trigger(apiserver, **{"kind": "TrainJob", "name": "tj-1", **overrides})
 
 
 async def test_a_trainjob_s_completion_comes_through_the_watch_of_trainjobs(apiserver: Any) -> None:

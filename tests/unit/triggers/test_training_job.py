@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from airflow.sdk.module_loading import import_string
-from airflow.triggers.base import TriggerEvent
 
 import airflow_provider_disttrain.triggers.training_job as trigger_module
 from airflow_provider_disttrain.clock import LoopClock
@@ -31,58 +30,11 @@ from tests.unit.fakes import (
     running_status,
     succeeded_status,
 )
+from tests.unit.triggers.helpers import job, make_trigger, run_once, started
 from tests.unit.waiting import until
 
 # Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
 pytestmark = pytest.mark.usefixtures("virtual_clock")
-
-EVENT_KEYS = {"status", "kind", "name", "namespace", "state", "message", "job"}
-RUN_TIMEOUT = 600.0  # virtual seconds: a guard against a trigger that never fires
-
-
-def job(status: dict[str, Any] | None = None, *, labelled: bool = True, uid: str = "uid-1") -> dict[str, Any]:
-    labels = {TASK_INSTANCE_LABEL: "abc123"} if labelled else {}
-    return make_job("train-abc", "ml", uid=uid, status=status, labels=labels)
-
-
-def make_trigger(apiserver: Any, **overrides: Any) -> TrainingJobTrigger:
-    kwargs: dict[str, Any] = {
-        "kind": "PyTorchJob",
-        "name": "train-abc",
-        "namespace": "ml",
-        "uid": "uid-1",
-        "config_dict": apiserver.kubeconfig(),
-        "poll_interval": 0.05,
-        "api_failure_tolerance": 60.0,
-    }
-    kwargs.update(overrides)
-    return TrainingJobTrigger(**kwargs)
-
-
-async def run_once(trigger: TrainingJobTrigger, timeout: float = RUN_TIMEOUT) -> dict[str, Any]:
-    """The trigger's single event (it must fire exactly one, and never raise)."""
-
-    async def collect() -> list[TriggerEvent]:
-        return [event async for event in trigger.run()]
-
-    events = await asyncio.wait_for(collect(), timeout)
-    assert len(events) == 1
-    payload = events[0].payload
-    assert set(payload) == EVENT_KEYS
-    assert (payload["kind"], payload["name"], payload["namespace"]) == ("PyTorchJob", trigger.name, "ml")
-    json.dumps(payload)  # it is stored in the metadata database
-    return payload
-
-
-async def started(trigger: TrainingJobTrigger, apiserver: Any, watches: int = 1) -> asyncio.Task[dict[str, Any]]:
-    """Run the trigger in the background until ``watches`` watch requests are open on the server."""
-    task = asyncio.create_task(run_once(trigger))
-    deadline = asyncio.get_running_loop().time() + 60
-    while apiserver.open_watches < watches and not task.done():
-        assert asyncio.get_running_loop().time() < deadline, "the trigger opened no watch"
-        await asyncio.sleep(0.01)
-    return task
-
 
 # -- serialization ------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import START, condition, epoch, make_job, running_status, succeeded_status
-from tests.unit.triggers.test_training_job import make_trigger, run_once, started
+from tests.unit.triggers.helpers import make_trigger, run_once, started
 from tests.unit.waiting import until
 
 WORKLOADS = "workloads"

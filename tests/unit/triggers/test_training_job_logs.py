@@ -24,7 +24,7 @@ from airflow_provider_disttrain.live_logs import (
 from airflow_provider_disttrain.logs import LogCursor
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import make_job, make_pod, running_status, succeeded_status
-from tests.unit.triggers.test_training_job import job, make_trigger, run_once, started
+from tests.unit.triggers.helpers import job, make_trigger, run_once, started
 from tests.unit.waiting import until
 
 # Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).

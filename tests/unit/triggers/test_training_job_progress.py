@@ -16,7 +16,7 @@ import structlog
 
 from airflow_provider_disttrain.progress import ProgressTracker
 from tests.unit.fakes import condition, queued_status, running_status, succeeded_status, suspended_status
-from tests.unit.triggers.test_training_job import job, make_trigger, started
+from tests.unit.triggers.helpers import job, make_trigger, started
 
 # Trigger and watch stories run on virtual time (tests/unit/conftest.py: virtual_clock).
 pytestmark = pytest.mark.usefixtures("virtual_clock")

@@ -15,7 +15,7 @@ import pytest
 from airflow_provider_disttrain.clock import LoopClock
 from airflow_provider_disttrain.triggers.training_job import SETTLE_SECONDS
 from tests.unit.fakes import failed_status, running_status, succeeded_status
-from tests.unit.triggers.test_training_job import job, make_trigger, run_once, started
+from tests.unit.triggers.helpers import job, make_trigger, run_once, started
 
 pytestmark = [pytest.mark.usefixtures("virtual_clock"), pytest.mark.trigger_settle]
 
