@@ -374,7 +374,11 @@ def _result(
     restarted: bool,
 ) -> ModeResult:
     names = [f"scale-{i:04d}" for i in range(n)]
-    account = account_events(names, {k: (e["t"], str(e.get("status"))) for k, e in events.items()}, finished)
+    by_name = {k: (e["t"], str(e.get("status"))) for k, e in events.items()}
+    account = account_events(names, by_name, finished)
+    # The same events against the plain watch in the measured process: the provider's own share.
+    seen = {name: (t, finished.get(name, (t, ""))[1]) for name, t in report.get("seen_finished", {}).items()}
+    own_share = account_events(names, by_name, seen).latencies
     notes = [f"{name}: {status}: {events[name].get('message', '')[:160]}" for name, status in account.wrong[:3]]
     notes += [f"{name}: no event" for name in account.lost[:3]]
     if restarted:
@@ -393,6 +397,7 @@ def _result(
         metrics_delta=_delta(metrics_before, metrics_after),
         flow_delta=_delta(flow_before, flow_after),
         latencies=account.latencies,
+        own_share=own_share,
         lost=account.lost,
         wrong=account.wrong,
         jobs_failed=account.failed,

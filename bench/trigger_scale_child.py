@@ -10,6 +10,11 @@ by an aiohttp TraceConfig on every session, by verb as the API server names them
 loop's oversleep samples, and how many warnings were logged. Messages go to the report fd as JSON
 lines; stdout/stderr are left to Airflow's logging.
 
+Beside the waits, a plain watch of the namespace's jobs in the same loop (no trigger, no cache: one
+LIST, then the watch's lines) notes when it first sees each job's Succeeded/Failed condition. The
+trigger's event time minus that is the provider's own share of the latency, free of the API server's
+and the other process's delays. Its requests are not counted with the waits'; its one connection is.
+
 Modes:
 - ``provider``: ``TrainingJobTrigger.run()`` per job, each built from its own copy of the kwargs
   (the triggerer deserializes every trigger's kwargs separately).
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib
 import json
 import logging
@@ -45,6 +51,8 @@ import airflow_provider_disttrain.triggers
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
 TICK_SECONDS = 0.1
+_REFERENCE = contextvars.ContextVar("reference", default=False)
+"""Set in the plain watch's task: its requests are not the waits' and are left out of the counts."""
 # The trigger's progress lines: "<Kind> <namespace>/<name>: <state> (...)" (progress.py).
 PROGRESS_LINE = re.compile(r"^\w+ [\w.-]+/[\w.-]+: (queued|suspended|running|succeeded|failed) \(")
 
@@ -71,6 +79,7 @@ class Recorder:
         self.warnings = 0
         self.progress_lines = 0  # the triggers' progress lines ("PyTorchJob ns/name: running ...")
         self.streamed_lines = 0  # leader log lines written by stream_logs ("[pod] text")
+        self.seen_finished: dict[str, float] = {}  # job name -> when the plain watch first saw it end
 
     def send(self, message: dict[str, Any]) -> None:
         with self.lock:
@@ -82,6 +91,8 @@ class Recorder:
         trace = aiohttp.TraceConfig()
 
         async def on_request_start(session: Any, context: Any, params: Any) -> None:
+            if _REFERENCE.get():
+                return
             resource, verb = classify_request(params.method, params.url.path, params.url.query)
             self.requests.append((time.time(), resource, verb))
 
@@ -172,6 +183,49 @@ async def _anchor_wait(job: dict[str, Any], config: dict[str, Any], recorder: Re
         recorder.send({"type": "event", "name": job["name"], "t": time.time(), "status": "error", "message": message})
 
 
+async def _plain_watch(config: dict[str, Any], recorder: Recorder) -> None:
+    """LIST + WATCH the namespace's jobs with one client and note when each is first seen finished."""
+    _REFERENCE.set(True)
+    group, version, plural = config["group"], config["version"], config["plural"]
+
+    def see(job: dict[str, Any]) -> None:
+        name = (job.get("metadata") or {}).get("name")
+        if name and name not in recorder.seen_finished and _finished(job):
+            recorder.seen_finished[name] = time.time()
+
+    async with AsyncKubernetesHook(conn_id=config["conn_id"]).get_conn() as api:
+        objects = async_client.CustomObjectsApi(api)
+        while True:  # a LIST, then watches from its version until one reports 410 (then list again)
+            listed = await objects.list_namespaced_custom_object(group, version, config["namespace"], plural)
+            for job in listed.get("items") or []:
+                see(job)
+            version_seen = listed["metadata"]["resourceVersion"]
+            expired = False
+            while not expired:
+                response = await objects.list_namespaced_custom_object(
+                    group,
+                    version,
+                    config["namespace"],
+                    plural,
+                    watch=True,
+                    resource_version=version_seen,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=300,
+                    _preload_content=False,
+                )
+                try:
+                    async for line in response.content:
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":
+                            expired = True
+                            break
+                        version_seen = event["object"]["metadata"].get("resourceVersion", version_seen)
+                        if event.get("type") in ("ADDED", "MODIFIED"):
+                            see(event["object"])
+                finally:
+                    response.release()
+
+
 def _wait_for_stop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
     sys.stdin.readline()  # a line, or EOF when the parent is gone
     loop.call_soon_threadsafe(stop.set)
@@ -182,6 +236,7 @@ async def run(mode: str, config: dict[str, Any], recorder: Recorder) -> None:
     stop = asyncio.Event()
     threading.Thread(target=_wait_for_stop, args=(loop, stop), daemon=True).start()
     ticker = asyncio.create_task(_tick(recorder))
+    plain_watch = asyncio.create_task(_plain_watch(config, recorder))
     kwargs_json = json.dumps(config.get("trigger_kwargs"))
     if mode == "provider":
         waits = [asyncio.create_task(_provider_wait(job, kwargs_json, recorder)) for job in config["jobs"]]
@@ -189,9 +244,9 @@ async def run(mode: str, config: dict[str, Any], recorder: Recorder) -> None:
         waits = [asyncio.create_task(_anchor_wait(job, config, recorder)) for job in config["jobs"]]
     recorder.send({"type": "started", "t": time.time()})
     await stop.wait()
-    for task in (*waits, ticker):
+    for task in (*waits, ticker, plain_watch):
         task.cancel()
-    results = await asyncio.gather(*waits, ticker, return_exceptions=True)
+    results = await asyncio.gather(*waits, ticker, plain_watch, return_exceptions=True)
     crashed = [repr(r) for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)]
     recorder.send(
         {
@@ -201,6 +256,7 @@ async def run(mode: str, config: dict[str, Any], recorder: Recorder) -> None:
             "warnings": recorder.warnings,
             "progress_lines": recorder.progress_lines,
             "streamed_lines": recorder.streamed_lines,
+            "seen_finished": recorder.seen_finished,
             "crashed": crashed[:20],
         }
     )

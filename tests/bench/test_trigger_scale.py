@@ -171,6 +171,7 @@ def _result(lib: ModuleType, mode: str, *, rss_mb: float, cpu: float, connection
         metrics_delta=Counter({"GET": gets + 5, "WATCH": 1}),
         flow_delta=Counter({"GET": gets + 1}),
         latencies=[0.1 * i for i in range(1, 101)],
+        own_share=[0.001 * i for i in range(1, 101)],
         lost=[],
         wrong=[("scale-0007", "error")] if mode == "anchor" else [],
         jobs_failed=[],
@@ -209,6 +210,8 @@ def test_table_side_by_side_with_ratios_and_verdicts(lib: ModuleType) -> None:
     assert latency.provider == "5.05 / 9.90 s"
     assert latency.verdict == "NOT MET"  # p99 9.9 s > 2 s
     assert rows["  max"].verdict == "NOT MET"
+    own = rows["  after a plain watch in the same process p50/p99"]
+    assert (own.provider, own.verdict) == ("0.051 / 0.099 s", "met")  # p99 0.099 s <= 0.1 s
     assert rows["event-loop lag p99 / max"].provider == "6 / 500 ms"
     events = rows["events lost / not success"]
     assert (events.provider, events.anchor, events.verdict) == ("0 / 0", "0 / 1", "met")
@@ -222,9 +225,9 @@ def test_table_side_by_side_with_ratios_and_verdicts(lib: ModuleType) -> None:
 
 
 def test_table_without_an_anchor_run(lib: ModuleType) -> None:
-    provider = _result(lib, "provider", rss_mb=80.0, cpu=0.6, connections=3, gets=4)
+    provider = _result(lib, "provider", rss_mb=80.0, cpu=0.6, connections=4, gets=4)
     rows = {row.figure: row for row in lib.table_rows(provider, None)}
     assert rows["RSS over baseline, all waiting"].anchor == "-"
     assert rows["RSS over baseline, all waiting"].verdict == "NOT MET"  # 80 MB > 50 MB
-    assert rows["TCP connections to API server, max"].verdict == "NOT MET"  # 3 > 2
+    assert rows["TCP connections to API server, max (+1 plain watch)"].verdict == "NOT MET"  # 4 > 3
     assert lib.format_table(lib.table_rows(provider, None))
