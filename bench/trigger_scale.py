@@ -67,6 +67,7 @@ from trigger_scale_lib import (
     cpu_seconds,
     format_table,
     table_rows,
+    v0_connection_kwargs,
 )
 
 from airflow_provider_disttrain.hooks.api_errors import retry_transient
@@ -211,6 +212,8 @@ def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Pat
         print(f"[{mode}] {releaser.running_held()} pods running, the rest pending, after {settled:.0f}s", flush=True)
 
         trigger_kwargs = cluster.trigger_kwargs(CONN_ID, kubeconfig, namespace)
+        if args.v0_kwargs:
+            trigger_kwargs = v0_connection_kwargs(trigger_kwargs["connection"])
         # Each trigger's own kwargs, as the operator defers: the uid, and the default startup_timeout.
         jobs = [
             {"name": name, "uid": c["uid"], "startup_deadline": c["created"] + STARTUP_TIMEOUT}
@@ -419,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wave-seconds", type=float, default=20, help="mean run time of later waves' pods")
     parser.add_argument("--settle-timeout", type=float, default=600, help="for the operator to create the pods")
     parser.add_argument("--git-ref", help="measure the provider as committed at this ref (default: working tree)")
+    parser.add_argument(
+        "--v0-kwargs", action="store_true", help="hand the triggers the connection as kwargs before ClusterConnection"
+    )
     parser.add_argument("--kubeconfig", type=Path, default=REPO / ".devcluster" / "kubeconfig", help="admin")
     parser.add_argument("--no-progress", action="store_true", help="triggers write no progress lines (for the cost)")
     parser.add_argument(

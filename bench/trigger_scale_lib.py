@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 RESOURCE = "pytorchjobs"
 VERBS = ("GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE")
@@ -449,3 +450,14 @@ def format_table(rows: Sequence[Row]) -> list[str]:
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
     return lines
+
+
+def v0_connection_kwargs(connection: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection as trigger rows stored it before ``ClusterConnection`` (tests/fixtures/triggers/v0-*),
+    the only form a tree older than it (``--git-ref 47571fb``) accepts; today's trigger reads it too."""
+    return {
+        "kubernetes_conn_id": connection.get("conn_id"),
+        "cluster_context": connection.get("cluster_context"),
+        "config_dict": connection.get("kubeconfig"),
+        "connection_extras": connection.get("extras"),
+    }

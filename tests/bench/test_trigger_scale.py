@@ -231,3 +231,18 @@ def test_table_without_an_anchor_run(lib: ModuleType) -> None:
     assert rows["RSS over baseline, all waiting"].verdict == "NOT MET"  # 80 MB > 50 MB
     assert rows["TCP connections to API server, max (+1 plain watch)"].verdict == "NOT MET"  # 4 > 3
     assert lib.format_table(lib.table_rows(provider, None))
+
+
+def test_the_v0_connection_kwargs_reach_todays_trigger_as_the_same_connection(lib: ModuleType) -> None:
+    """``--git-ref`` of a tree before ClusterConnection gets the kwargs it knows; today's trigger reads
+    them as the connection the operator would have handed it."""
+    from airflow_provider_disttrain.connection import ClusterConnection
+    from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+
+    kubeconfig = {"apiVersion": "v1", "clusters": [{"name": "c", "cluster": {"server": "https://k"}}]}
+    connection = ClusterConnection("k8s", "ctx", kubeconfig=kubeconfig, extras={"namespace": "ml"})
+
+    kwargs = lib.v0_connection_kwargs(connection.to_dict())
+
+    assert set(kwargs) == {"kubernetes_conn_id", "cluster_context", "config_dict", "connection_extras"}
+    assert TrainingJobTrigger(kind="PyTorchJob", name="j", namespace="ml", **kwargs).connection == connection
