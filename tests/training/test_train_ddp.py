@@ -240,7 +240,7 @@ def test_arguments_used_by_the_example_dags(ddp: ModuleType) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--epochs", "0"], ["--epochs", "x"], ["--lr", "0"], ["--batch-size", "-4"]],
+    [["--epochs", "0"], ["--epochs", "x"], ["--lr", "0"], ["--batch-size", "-4"], ["--min-epoch-seconds", "-1"]],
 )
 def test_invalid_arguments_exit(ddp: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -313,6 +313,16 @@ def test_an_unwritable_termination_log_never_fails_the_training(
 
 def test_epoch_line_format(ddp: ModuleType) -> None:
     assert ddp.format_epoch_line(1, 0.41234, 0.81) == "epoch=1 loss=0.4123 accuracy=0.8100"
+    # Under torchrun, where an elastic job's world changes between restarts, the line names it.
+    assert ddp.format_epoch_line(7, 0.41234, 0.81, 3) == "epoch=7 loss=0.4123 accuracy=0.8100 world_size=3"
+
+
+def test_a_short_epoch_is_padded_to_the_minimum_and_a_long_one_is_not(ddp: ModuleType) -> None:
+    assert ddp.parse_args([]).min_epoch_seconds == 0.0
+    assert ddp.parse_args(["--min-epoch-seconds", "0.5"]).min_epoch_seconds == 0.5
+    assert ddp.epoch_padding(started=100.0, now=100.2, min_epoch_seconds=0.5) == pytest.approx(0.3)
+    assert ddp.epoch_padding(started=100.0, now=101.0, min_epoch_seconds=0.5) == 0.0
+    assert ddp.epoch_padding(started=100.0, now=100.2, min_epoch_seconds=0.0) == 0.0
 
 
 def test_main_reports_a_bad_environment_before_touching_torch_or_disk(

@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,6 +187,13 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {raw}")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=_positive_int, default=3, help="total epochs, counting resumed ones")
@@ -209,6 +217,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=_positive_int, default=2048, help="size of the synthetic dataset")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-resume", action="store_true", help=f"ignore {CHECKPOINT_NAME} in --output-dir")
+    parser.add_argument(
+        "--min-epoch-seconds",
+        type=_non_negative_float,
+        default=0.0,
+        help="wait at the end of an epoch that took less, so that a tiny job trains long enough to be "
+        "watched, scaled or killed while it runs (the waiting costs no CPU)",
+    )
     args = parser.parse_args(argv)
     if args.checkpoint_dir is None:
         args.checkpoint_dir = args.output_dir
@@ -297,8 +312,15 @@ def portable_model(state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def format_epoch_line(epoch: int, loss: float, accuracy: float) -> str:
-    return f"epoch={epoch} loss={loss:.4f} accuracy={accuracy:.4f}"
+def format_epoch_line(epoch: int, loss: float, accuracy: float, world_size: int | None = None) -> str:
+    """One line per epoch; ``world_size`` is named when it can change while the job runs (torchrun)."""
+    line = f"epoch={epoch} loss={loss:.4f} accuracy={accuracy:.4f}"
+    return line if world_size is None else f"{line} world_size={world_size}"
+
+
+def epoch_padding(started: float, now: float, min_epoch_seconds: float) -> float:
+    """Seconds to wait so that the epoch that began at ``started`` lasts ``min_epoch_seconds``."""
+    return max(0.0, min_epoch_seconds - (now - started))
 
 
 # ---- everything below needs torch ----
@@ -425,6 +447,10 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict[str, float | int]:
             )
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
+        # The saved state carries the learning rate of the world that saved it; an elastic job resumes
+        # in a world of another size, and the linear scaling above must follow it.
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * env.world_size
         start_epoch = int(checkpoint["epoch"])
         if env.is_primary:
             print(
@@ -439,7 +465,11 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict[str, float | int]:
 
     # Metrics for a resumed job that has nothing left to train.
     loss, accuracy = evaluate(model, x[val_idx], y[val_idx], env, device)
+    # Under torchrun the world can change from one restart to the next (an elastic job scaled, a node
+    # lost): each epoch line then says which world trained it.
+    named_world = env.world_size if env.launcher == LAUNCHER_TORCHRUN else None
     for epoch in range(start_epoch, args.epochs):
+        started = time.monotonic()
         sampler.set_epoch(epoch)
         ddp.train()
         for xb, yb in loader:
@@ -448,7 +478,7 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict[str, float | int]:
             optimizer.step()
         loss, accuracy = evaluate(model, x[val_idx], y[val_idx], env, device)
         if env.is_primary:
-            print(format_epoch_line(epoch + 1, loss, accuracy), flush=True)
+            # Saved before it is reported: an epoch in the log is one a restart resumes after.
             _save_atomic(
                 {
                     "epoch": epoch + 1,
@@ -460,6 +490,8 @@ def train(args: argparse.Namespace, env: DistEnv) -> dict[str, float | int]:
                 },
                 args.checkpoint_dir / CHECKPOINT_NAME,
             )
+            print(format_epoch_line(epoch + 1, loss, accuracy, named_world), flush=True)
+        time.sleep(epoch_padding(started, time.monotonic(), args.min_epoch_seconds))
     if start_epoch >= args.epochs and env.is_primary:
         print(
             f"checkpoint is already at epoch {start_epoch} >= --epochs {args.epochs}; not training",
