@@ -67,3 +67,23 @@ def test_a_pod_whose_subdomain_has_no_service_gets_no_name():
 
 def test_resolv_conf_has_the_search_path_and_no_nameserver():
     assert resolv_conf("team") == "search team.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
+
+
+def test_an_elastic_pytorchjobs_rendezvous_host_resolves_from_every_worker():
+    """The training-operator (v1.9) sets no hostname or subdomain on an elastic job's pods; it points
+    torchrun at ``<job>-worker-0:<port>`` and creates a headless Service of that name per replica, selecting
+    the pod by its replica index. A peer reaches worker 0 through that Service; worker 0's own name is its
+    own address, which is how torch's c10d rendezvous decides that worker 0 hosts the store."""
+
+    def replica(index: int) -> dict[str, str]:
+        return {"training.kubeflow.org/job-name": "el", "training.kubeflow.org/replica-index": str(index)}
+
+    workers = [pod(f"el-worker-{index}", "team", f"10.244.0.{10 + index}", replica(index)) for index in range(3)]
+    services = [service(f"el-worker-{index}", "team", replica(index)) for index in range(3)]
+
+    for each in workers:
+        own = each["status"]["podIP"]
+        names = entries(hosts_file(each, own, workers, services))
+        assert names["el-worker-0"] == names["el-worker-0.team.svc.cluster.local"] == "10.244.0.10"
+        assert names["el-worker-2"] == "10.244.0.12"
+        assert names[each["metadata"]["name"]] == own
