@@ -164,6 +164,12 @@ class Subscription:
         """GET the job by name (None when it does not exist), through the watch's shared client."""
         return await self.watch.read(self.name)
 
+    async def read_view(self) -> dict[str, Any] | None:
+        """``read()``, trimmed as the watch caches jobs: what a waiter keeps of a job it looked up costs
+        what the cache's copy does, not its whole spec (a sensor holds it for the whole wait)."""
+        job = await self.read()
+        return None if job is None else trimmed(job)
+
 
 class SharedWatch:
     """LIST + WATCH of one kind in one namespace, cached, with subscribers per job name."""

@@ -287,7 +287,7 @@ class TrainingJobTrigger(BaseTrigger):
             elif subscription.synced and not looked_up:
                 # Not (yet) in the watch's view: created after its last event, deleted, or not labelled.
                 try:
-                    found = await subscription.read()
+                    found = await subscription.read_view()
                 except Exception as error:
                     if not classify(error).retried:
                         raise
@@ -312,7 +312,7 @@ class TrainingJobTrigger(BaseTrigger):
         """One GET of the job to confirm the watch's view before a deadline is judged on it; None when
         it cannot be read now (the watch's view is judged then) or is gone."""
         try:
-            return await subscription.read()
+            return await subscription.read_view()
         except Exception as error:
             self.log.warning(
                 "Could not read %s to confirm its state before its deadline (%s); judging on the watch's view",

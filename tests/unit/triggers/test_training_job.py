@@ -305,6 +305,42 @@ async def test_sensors_deferred_at_once_read_their_jobs_through_a_few_connection
     assert len(apiserver.client_connections) <= MAX_SHORT_REQUESTS + 2
 
 
+async def test_a_sensor_keeps_what_the_watch_would_cache_of_its_job_not_the_whole_spec(apiserver: Any) -> None:
+    """A sensor on a job someone else created looks the job up once and keeps that view for the whole
+    wait. The whole object (spec, managedFields, annotations) made each such waiter cost several times
+    a labelled one, whose view is the watch's trimmed copy."""
+    import gc
+    import tracemalloc
+
+    def parsed_json_bytes() -> int:
+        """Live objects the client parsed from the API server's answers (json's decoder made them)."""
+        gc.collect()
+        decoded = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, "*/json/decoder.py")])
+        return sum(stat.size for stat in decoded.statistics("filename"))
+
+    bulky_spec = {"pytorchReplicaSpecs": {"Master": {"template": {"args": [f"--flag-{i}=value" for i in range(2000)]}}}}
+    names = [f"external-{number}" for number in range(40)]
+    for name in names:
+        await apiserver.put({**make_job(name, "ml", uid=f"uid-{name}", status=running_status()), "spec": bulky_spec})
+    tracemalloc.start()
+    try:
+        sensors = [asyncio.create_task(run_once(make_trigger(apiserver, name=n, uid=f"uid-{n}"))) for n in names]
+        # Handed over to the namespace's watch (the labelled one has closed), every look-up answered.
+        await until(lambda: len(apiserver.queries("list")) == 2 and apiserver.open_watches == 1)
+        await asyncio.sleep(10)
+        waiting = parsed_json_bytes()
+        for name in names:
+            await apiserver.put(make_job(name, "ml", uid=f"uid-{name}", status=succeeded_status()))
+        assert [event["status"] for event in await asyncio.gather(*sensors)] == ["success"] * len(names)
+        await asyncio.sleep(10)  # the watches linger, then close
+        held_per_sensor = (waiting - parsed_json_bytes()) / len(names)
+    finally:
+        tracemalloc.stop()
+
+    # One job's 2,000 args alone are over 100 KB as Python objects; the trimmed view is a few KB.
+    assert held_per_sensor < 10_000, f"{held_per_sensor / 1024:.0f} KB held per waiting sensor"
+
+
 async def test_a_job_created_after_the_watch_listed_is_picked_up(apiserver: Any) -> None:
     """The operator created the job a moment after the shared watch last listed: the trigger reads it once."""
     await apiserver.put(make_job("other", "ml", uid="o", status=running_status(), labels={TASK_INSTANCE_LABEL: "o"}))
