@@ -38,6 +38,7 @@ from airflow_provider_disttrain.manifest.validation import (
 )
 from airflow_provider_disttrain.naming import generate_job_name, task_instance_labels
 from airflow_provider_disttrain.operators.ending import JobEnding
+from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
 from airflow_provider_disttrain.outcome import JobRef
 from airflow_provider_disttrain.parameters import (
     IF_EXISTS_CHOICES,
@@ -56,13 +57,14 @@ if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 
 
-class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
+class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, BaseOperator):
     """Submit one Kubeflow training job and wait until it finishes; what every kind's operator shares.
 
     Describe the job with ``job_manifest`` (a dict, YAML text or a ``.yaml``/``.yml``/``.json`` file,
     rendered with Jinja), with parameters, or both (parameters win). The return value is a JSON-safe
     summary: ``name``, ``namespace``, ``kind``, ``uid``, ``state``, ``conditions``, ``start_time``,
-    ``completion_time``, ``duration_seconds``, ``replica_statuses``.
+    ``completion_time``, ``duration_seconds``, ``replica_statuses``. Its Asset ``outlets`` (the model it
+    writes) carry the job's identity and metrics in their events' ``extra`` (``operators/lineage.py``).
 
     :param job_manifest: the job as a dict, YAML text or path to a YAML/JSON file (templated).
     :param job_name: explicit job name; without it a name is generated from the manifest's name or the
@@ -255,7 +257,7 @@ class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
         self.validate_job_manifest(manifest)
         if self.wait_for_completion:
             check_ttl_leaves_time_to_wait(manifest, self.wait_policy.poll_seconds, self.ttl_field())
-        return manifest
+        return self.remember_manifest(manifest)
 
     # -- execute ------------------------------------------------------------------------------------
 
@@ -283,7 +285,7 @@ class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
                 earlier["name"],
             )
             identity.remember(None, task_succeeded=True)
-            return earlier
+            return self.record_result(context, earlier)
         return self._submit_and_wait(hook, manifest, context)
 
     def _submit_and_wait(self, hook: TrainingJobHook, manifest: dict[str, Any], context: Context) -> dict[str, Any]:
@@ -445,4 +447,4 @@ class BaseTrainingJobOperator(ClusterConnectionMixin, BaseOperator):
             last_try=context["ti"].try_number > (self.retries or 0),
             log=self.log,
         )
-        return ending.finish(outcome, logs_forwarded=logs_forwarded)
+        return self.record_ending(context, lambda: ending.finish(outcome, logs_forwarded=logs_forwarded))

@@ -11,10 +11,11 @@ from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.exceptions import JobNotFoundError
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.manifest.validation import validate_namespace
+from airflow_provider_disttrain.operators.lineage import ExistingJobLineageMixin
 from airflow_provider_disttrain.outcome import JobRef
 
 
-class ExistingJobOperator(ClusterConnectionMixin, BaseOperator):
+class ExistingJobOperator(ExistingJobLineageMixin, ClusterConnectionMixin, BaseOperator):
     """Base of ``TrainingJobSensor`` and the delete, scale, suspend and resume operators.
 
     A sensor derives from this and ``BaseSensorOperator`` (in that order): the parameters below are

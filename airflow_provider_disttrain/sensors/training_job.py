@@ -95,6 +95,15 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         return self._result(event)
 
     def _result(self, outcome: dict[str, Any]) -> dict[str, Any]:
+        """The job's summary when it succeeded, else the error to fail with; either kept for the lineage."""
+        try:
+            self._lineage_result = self._judge(outcome)
+        except Exception as error:
+            self.record_failure(error)
+            raise
+        return self._lineage_result
+
+    def _judge(self, outcome: dict[str, Any]) -> dict[str, Any]:
         if outcome["status"] == outcomes.SUCCESS:
             return outcome["job"]
         ref = JobRef(outcome["kind"], outcome["name"], outcome["namespace"])

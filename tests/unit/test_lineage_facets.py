@@ -1,0 +1,116 @@
+"""OpenLineage datasets and facets (lineage_facets.py), read back as OpenLineage serializes them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from airflow.sdk import Asset, AssetAlias
+from openlineage.client.serde import Serde
+
+from airflow_provider_disttrain.lineage_facets import (
+    FAILURE_FACET,
+    JOB_FACET,
+    METRICS_FACET,
+    PRODUCER,
+    dataset_from_asset,
+    dataset_from_uri,
+    operator_lineage,
+)
+
+
+@pytest.mark.parametrize(
+    ("uri", "namespace", "name"),
+    [
+        # The OpenLineage naming spec: object stores are scheme://bucket, the key without its slash.
+        ("s3://example-bucket/datasets/v3", "s3://example-bucket", "datasets/v3"),
+        ("s3a://example-bucket/datasets/v3/", "s3://example-bucket", "datasets/v3/"),
+        ("s3://example-bucket", "s3://example-bucket", "/"),
+        ("gs://models/run-7/model.pt", "gs://models", "run-7/model.pt"),
+        # Local files: namespace file; a file on another host: file://host.
+        ("file:///mnt/shared/models", "file", "/mnt/shared/models"),
+        ("/mnt/shared/datasets/train.csv", "file", "/mnt/shared/datasets/train.csv"),
+        ("file://nas-1/exports/models", "file://nas-1", "/exports/models"),
+        # Any other scheme: scheme://authority and the path.
+        ("hf://org/dataset", "hf://org", "/dataset"),
+        ("hdfs://namenode:8020/warehouse/events", "hdfs://namenode:8020", "/warehouse/events"),
+    ],
+)
+def test_dataset_from_uri_follows_the_naming_spec(uri: str, namespace: str, name: str) -> None:
+    dataset = dataset_from_uri(uri)
+
+    assert (dataset.namespace, dataset.name) == (namespace, name)
+
+
+def test_dataset_from_uri_names_the_field_of_a_bad_uri() -> None:
+    with pytest.raises(ValueError, match=r"^dataset_uri: 's3:///key' names no bucket$"):
+        dataset_from_uri("s3:///key", "dataset_uri")
+
+
+def test_an_asset_goes_through_the_converter_its_scheme_registered() -> None:
+    # common-io (installed with Airflow) registers the file:// converter; s3:// has none without the
+    # amazon provider, so its URI is named by the spec.
+    file_asset = dataset_from_asset(Asset(name="model", uri="file:///mnt/shared/models"))
+    s3_asset = dataset_from_asset(Asset(name="data", uri="s3://bucket/datasets/v3"))
+
+    assert (file_asset.namespace, file_asset.name) == ("file", "/mnt/shared/models")
+    assert (s3_asset.namespace, s3_asset.name) == ("s3://bucket", "datasets/v3")
+
+
+JOB = {
+    "kind": "PyTorchJob",
+    "apiVersion": "kubeflow.org/v1",
+    "namespace": "ml",
+    "name": "train-x1",
+    "uid": "u-1",
+    "replicas": {"Master": 1, "Worker": 2},
+    "gpus": 6,
+    "images": ["trainer:1"],
+    "localQueue": "team-a",
+    "cluster": {"connection": "k8s", "context": None},
+}
+
+
+def serialized(value: Any) -> dict[str, Any]:
+    return json.loads(Serde.to_json(value))
+
+
+def test_operator_lineage_of_a_success() -> None:
+    result = {"state": "succeeded", "duration_seconds": 42.0, "metrics": {"accuracy": 0.93, "loss": 0.2}}
+
+    lineage = operator_lineage(
+        input_uris=["hf://org/ds"],
+        inlets=[Asset(name="d", uri="s3://b/ds"), AssetAlias(name="alias"), Asset(name="d2", uri="hf://org/ds")],
+        outlets=[Asset(name="m", uri="s3://b/models/latest")],
+        job=JOB,
+        result=result,
+    )
+
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [("hf://org", "/ds"), ("s3://b", "ds")]
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [("s3://b", "models/latest")]
+    assert set(lineage.run_facets) == {JOB_FACET, METRICS_FACET}
+    job = serialized(lineage.run_facets[JOB_FACET])
+    assert job.pop("_producer") == PRODUCER
+    assert job.pop("_schemaURL") == f"{PRODUCER}:facets/TrainingJobRunFacet.json#/$defs/TrainingJobRunFacet"
+    # OpenLineage leaves None out.
+    assert job == {**JOB, "cluster": {"connection": "k8s"}}
+    metrics = serialized(lineage.run_facets[METRICS_FACET])
+    assert metrics["_schemaURL"].endswith("#/$defs/TrainingMetricsRunFacet")
+    assert {k: v for k, v in metrics.items() if not k.startswith("_")} == {
+        "state": "succeeded",
+        "durationSeconds": 42.0,
+        "metrics": {"accuracy": 0.93, "loss": 0.2},
+    }
+
+
+def test_operator_lineage_of_a_failure() -> None:
+    lineage = operator_lineage(job=JOB, failure=("failed", "PyTorchJob ml/train-x1 failed\n  master-0: OOMKilled"))
+
+    assert set(lineage.run_facets) == {JOB_FACET, FAILURE_FACET}
+    failure = serialized(lineage.run_facets[FAILURE_FACET])
+    assert (failure["reason"], failure["explanation"]) == (
+        "failed",
+        "PyTorchJob ml/train-x1 failed\n  master-0: OOMKilled",
+    )
+    assert (lineage.inputs, lineage.outputs) == ([], [])
