@@ -34,6 +34,12 @@ def test_detector_sees_kubernetes_and_cncf_submodules(bench: ModuleType) -> None
     assert "airflow.providers.cncf.kubernetes" in leaked
 
 
+def test_detector_sees_openlineage(bench: ModuleType) -> None:
+    # The operators' lineage methods import it when a listener calls them; a DAG file must not.
+    leaked = bench.heavy_modules_imported("from airflow_provider_disttrain import lineage_facets\n")
+    assert {"openlineage", "airflow.providers.openlineage"} <= set(leaked)
+
+
 def test_failed_import_is_reported(bench: ModuleType) -> None:
     with pytest.raises(RuntimeError, match="ModuleNotFoundError: No module named 'no_such_module_xyz'"):
         bench.measure_once("import no_such_module_xyz\n")
