@@ -16,6 +16,11 @@ directory, named after the run id (so runs without a logical date work too):
   reading the trainer's reported metrics, and promotes the model only when both are good enough;
 * ``promote_model`` copies the model to ``production/`` and records where it came from.
 
+Data-aware scheduling: the pipeline runs weekly *or* as soon as the separate ingestion DAG
+(``disttrain_ingest_data``) updates the ``TRAINING_DATA`` Asset. ``train`` declares the model it writes
+as the ``CANDIDATE_MODEL`` Asset: its event's ``extra`` holds the job, its metrics and the model's URI,
+and ``disttrain_deploy_model``, scheduled on that Asset, starts from it alone.
+
 Point ``kubernetes_default`` at your cluster and build the image from ``training/pytorch/``.
 """
 
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import dag, task
+from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
@@ -46,6 +51,9 @@ SHARED_VOLUME = {"name": "shared", "persistentVolumeClaim": {"claimName": "train
 SHARED_MOUNT = {"name": "shared", "mountPath": POD_SHARED}
 MIN_ACCURACY = 0.80
 FEATURES = 8
+# What an ingestion DAG updates, and the models the training task writes (each run in its own directory).
+TRAINING_DATA = Asset(name="disttrain_training_data", uri=f"file://{POD_SHARED}/incoming")
+CANDIDATE_MODEL = Asset(name="disttrain_candidate_model", uri=f"file://{POD_SHARED}/models")
 
 
 def run_directory(run_id: str) -> str:
@@ -69,7 +77,7 @@ def predict(model: dict[str, Any], features: list[float]) -> int:
 
 @dag(
     dag_id="disttrain_retraining_pipeline",
-    schedule="@weekly",
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("@weekly", timezone="UTC"), assets=TRAINING_DATA),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
@@ -128,6 +136,7 @@ def retraining_pipeline() -> None:
         pod_options=PodOptions(shm_size="2Gi", volumes=[SHARED_VOLUME], volume_mounts=[SHARED_MOUNT]),
         wait_policy=WaitPolicy(startup_timeout=timedelta(minutes=30)),
         cleanup_policy=CleanupPolicy(on_finish="succeeded"),
+        outlets=[CANDIDATE_MODEL],  # a success emits its event, with the job and its metrics as extra
     )
     dataset >> train
 
@@ -179,3 +188,52 @@ def retraining_pipeline() -> None:
 
 
 retraining_pipeline()
+
+
+@dag(
+    dag_id="disttrain_ingest_data",
+    schedule=None,  # triggered by whatever lands new data (an upstream system, a sensor, a person)
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["disttrain", "example"],
+)
+def ingest_data() -> None:
+    @task(outlets=[TRAINING_DATA])
+    def land_snapshot(run_id: str | None = None) -> str:
+        """Record this week's snapshot (here a marker file; in a real pipeline, the export itself)."""
+        incoming = SHARED_STORAGE / "incoming"
+        incoming.mkdir(parents=True, exist_ok=True)
+        (incoming / "LATEST.json").write_text(json.dumps({"ingested_by": run_id}) + "\n")
+        return str(incoming)
+
+    land_snapshot()
+
+
+@dag(
+    dag_id="disttrain_deploy_model",
+    schedule=CANDIDATE_MODEL,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["disttrain", "example"],
+)
+def deploy_model() -> None:
+    @task
+    def deploy_candidate(triggering_asset_events: Any = None) -> dict[str, Any]:
+        """Decide from the training task's Asset event alone: which job trained the model, how well, where."""
+        event = triggering_asset_events[CANDIDATE_MODEL][-1]
+        extra = event.extra
+        if "job" not in extra:  # e.g. an event created by hand, through the UI or the REST API
+            print(f"the event of {event.source_run_id} names no training job: holding")
+            return {"model": None, "accuracy": None, "decision": "hold", "job": None}
+        accuracy = extra["metrics"].get("accuracy", 0.0)
+        job = extra["job"]
+        model_dir = f"{extra['model_uri']}/{run_directory(event.source_run_id)}"
+        decision = "deploy" if accuracy >= MIN_ACCURACY else "hold"
+        print(f"{job['kind']} {job['namespace']}/{job['name']} trained {model_dir}: accuracy {accuracy} -> {decision}")
+        return {"model": model_dir, "accuracy": accuracy, "decision": decision, "job": job["name"]}
+
+    deploy_candidate()
+
+
+ingest_data()
+deploy_model()

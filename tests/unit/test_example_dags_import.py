@@ -14,6 +14,8 @@ EXPECTED = {
     "disttrain_taskflow_decorators",
     "disttrain_trainjob_finetune",
     "disttrain_orphaned_job_cleanup",
+    "disttrain_ingest_data",
+    "disttrain_deploy_model",
 }
 
 
@@ -45,3 +47,55 @@ def test_the_trainjob_example_runs_on_torch_distributed():
 
     assert (finetune.kind, finetune.runtime, finetune.num_nodes) == ("TrainJob", "torch-distributed", 2)
     assert finetune.deferrable is True
+
+
+def test_the_retraining_example_is_data_aware_and_its_model_schedules_the_deployment() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk import CronTriggerTimetable
+
+    bag = DagBag(str(EXAMPLES_DIR))
+    pipeline, ingest, deploy = (
+        bag.dags[dag_id]
+        for dag_id in ("disttrain_retraining_pipeline", "disttrain_ingest_data", "disttrain_deploy_model")
+    )
+    [data] = ingest.get_task("land_snapshot").outlets
+    [model] = pipeline.get_task("train").outlets
+
+    # Scheduled on the data the ingestion DAG updates (or weekly), never on its own prepare step's output.
+    assert pipeline.timetable.asset_condition.uri == data.uri
+    assert isinstance(pipeline.timetable.timetable, CronTriggerTimetable)  # or weekly
+    assert pipeline.get_task("prepare_data").outlets == []
+    assert deploy.timetable.asset_condition.uri == model.uri
+
+
+def test_the_deployment_decides_from_the_training_tasks_asset_event_alone() -> None:
+    from types import SimpleNamespace
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(str(EXAMPLES_DIR))
+    [model] = bag.dags["disttrain_retraining_pipeline"].get_task("train").outlets
+    deploy = bag.dags["disttrain_deploy_model"].get_task("deploy_candidate")
+    extra = {
+        "model_uri": model.uri,
+        "job": {"kind": "PyTorchJob", "namespace": "ml", "name": "train-x1", "uid": "u-1"},
+        "metrics": {"accuracy": 0.93},
+    }
+    event = SimpleNamespace(extra=extra, source_run_id="manual__2026-01-05T00:00:00+00:00")
+
+    decided = deploy.python_callable(triggering_asset_events={model: [event]})
+
+    assert decided == {
+        "model": "file:///mnt/shared/models/manual__2026-01-05T00_00_00_00_00",
+        "accuracy": 0.93,
+        "decision": "deploy",
+        "job": "train-x1",
+    }
+    held = deploy.python_callable(
+        triggering_asset_events={
+            model: [SimpleNamespace(**{**vars(event), "extra": {**extra, "metrics": {"accuracy": 0.5}}})]
+        }
+    )
+    assert held["decision"] == "hold"
+    by_hand = SimpleNamespace(extra={}, source_run_id=None)
+    assert deploy.python_callable(triggering_asset_events={model: [by_hand]})["decision"] == "hold"
