@@ -10,10 +10,11 @@ by an aiohttp TraceConfig on every session, by verb as the API server names them
 loop's oversleep samples, and how many warnings were logged. Messages go to the report fd as JSON
 lines; stdout/stderr are left to Airflow's logging.
 
-Beside the waits, a plain watch of the namespace's jobs in the same loop (no trigger, no cache: one
-LIST, then the watch's lines) notes when it first sees each job's Succeeded/Failed condition. The
-trigger's event time minus that is the provider's own share of the latency, free of the API server's
-and the other process's delays. Its requests are not counted with the waits'; its one connection is.
+Beside the waits, a plain watch of the namespace's jobs in the same loop (no trigger, no cache: the
+watch's lines from the collection's version when the waits start) notes when it first sees each
+job's Succeeded/Failed condition. The trigger's event time minus that is the provider's own share
+of the latency, free of the API server's and the other process's delays. Its requests are not
+counted with the waits'; its one connection is.
 
 Modes:
 - ``provider``: ``TrainingJobTrigger.run()`` per job, each built from its own copy of the kwargs
@@ -184,7 +185,7 @@ async def _anchor_wait(job: dict[str, Any], config: dict[str, Any], recorder: Re
 
 
 async def _plain_watch(config: dict[str, Any], recorder: Recorder) -> None:
-    """LIST + WATCH the namespace's jobs with one client and note when each is first seen finished."""
+    """WATCH the namespace's jobs with one client and note when each is first seen finished."""
     _REFERENCE.set(True)
     group, version, plural = config["group"], config["version"], config["plural"]
 
@@ -195,35 +196,47 @@ async def _plain_watch(config: dict[str, Any], recorder: Recorder) -> None:
 
     async with AsyncKubernetesHook(conn_id=config["conn_id"]).get_conn() as api:
         objects = async_client.CustomObjectsApi(api)
-        while True:  # a LIST, then watches from its version until one reports 410 (then list again)
-            listed = await objects.list_namespaced_custom_object(group, version, config["namespace"], plural)
-            for job in listed.get("items") or []:
-                see(job)
-            version_seen = listed["metadata"]["resourceVersion"]
-            expired = False
-            while not expired:
-                response = await objects.list_namespaced_custom_object(
-                    group,
-                    version,
-                    config["namespace"],
-                    plural,
-                    watch=True,
-                    resource_version=version_seen,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=300,
-                    _preload_content=False,
+        while True:  # from the collection's version (no job has finished yet), until a 410 or an error
+            try:
+                # One item: only the collection's resourceVersion is wanted. A LIST of every job would
+                # add its parsed objects to the measured process's memory and block its loop.
+                listed = await objects.list_namespaced_custom_object(
+                    group, version, config["namespace"], plural, limit=1
                 )
-                try:
-                    async for line in response.content:
-                        event = json.loads(line)
-                        if event.get("type") == "ERROR":
-                            expired = True
-                            break
-                        version_seen = event["object"]["metadata"].get("resourceVersion", version_seen)
-                        if event.get("type") in ("ADDED", "MODIFIED"):
-                            see(event["object"])
-                finally:
-                    response.release()
+                version_seen = listed["metadata"]["resourceVersion"]
+                await _watch_from(objects, config, version_seen, see)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a broken stream: watch again (jobs seen finished stay seen)
+                print(f"plain watch: {error!r}; watching again", file=sys.stderr, flush=True)
+                await asyncio.sleep(1)
+
+
+async def _watch_from(objects: Any, config: dict[str, Any], version_seen: str, see: Any) -> None:
+    """Watch requests from ``version_seen`` on; returns on a 410 (the caller starts over)."""
+    while True:
+        response = await objects.list_namespaced_custom_object(
+            config["group"],
+            config["version"],
+            config["namespace"],
+            config["plural"],
+            watch=True,
+            resource_version=version_seen,
+            allow_watch_bookmarks=True,
+            timeout_seconds=240,
+            _request_timeout=300,  # the client's own default total timeout would cut a quiet watch
+            _preload_content=False,
+        )
+        try:
+            async for line in response.content:
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    return
+                version_seen = event["object"]["metadata"].get("resourceVersion", version_seen)
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    see(event["object"])
+        finally:
+            response.release()
 
 
 def _wait_for_stop(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
