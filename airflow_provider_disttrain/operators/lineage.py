@@ -56,8 +56,8 @@ class LineageMixin:
         return []
 
     def lineage_cluster(self) -> dict[str, str | None]:
-        """Which cluster: the connection and kubeconfig context (their server address is the connection's
-        secret-adjacent detail and is left out)."""
+        """Which cluster: the connection id and the kubeconfig context. The API server's address is not
+        given: it is in the connection, and reading that would be a lookup the lineage must not make."""
         return {"connection": self.kubernetes_conn_id, "context": self.cluster_context}
 
     def get_openlineage_facets_on_start(self) -> OperatorLineage | None:

@@ -214,3 +214,16 @@ def test_a_decorated_task_reports_its_job_and_the_leaders_metrics() -> None:
         ["trainer:1"],
     )
     assert lineage.run_facets[METRICS_FACET].metrics == {"accuracy": 0.93}
+
+
+def test_an_operator_acting_on_an_existing_job_names_it() -> None:
+    from airflow_provider_disttrain.operators.manage import DeleteTrainingJobOperator
+
+    operator = DeleteTrainingJobOperator(
+        task_id="delete", job_name="nightly-x1", kind="MPIJob", namespace="ml", cluster_context="gpu-east"
+    )
+
+    job = operator.get_openlineage_facets_on_start().run_facets[JOB_FACET]
+
+    assert (job.kind, job.namespace, job.name) == ("MPIJob", "ml", "nightly-x1")
+    assert job.cluster == {"connection": "kubernetes_default", "context": "gpu-east"}
