@@ -96,14 +96,18 @@ class AirflowRest:
         path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
         return self.call("GET", path, params={"map_index": map_index, "deserialize": True})["value"]
 
-    def log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
+    def log_lines(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> list[Any]:
+        """A try's log as the API gives it: structured lines (``timestamp``, ``event``, ...) or text."""
         body = self.call(
             "GET",
             f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
             params={"map_index": map_index, "full_content": True},
             headers={"Accept": "application/json"},
         )
-        content = body.get("content") or []
+        return list(body.get("content") or [])
+
+    def log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
+        content = self.log_lines(dag_id, run_id, task_id, try_number, map_index)
         return "\n".join(str(line.get("event", line)) if isinstance(line, dict) else str(line) for line in content)
 
 

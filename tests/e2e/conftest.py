@@ -54,8 +54,7 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
-@pytest.fixture(scope="session")
-def airflow() -> AirflowRest:
+def connect_airflow() -> AirflowRest:
     """The deployment's REST API; fails (never skips) when it is not up."""
     env_file = DEVAIRFLOW_DIR / "env"
     if not env_file.is_file():
@@ -70,7 +69,11 @@ def airflow() -> AirflowRest:
 
 
 @pytest.fixture(scope="session")
-def e2e_dags(airflow: AirflowRest) -> AirflowRest:
+def airflow() -> AirflowRest:
+    return connect_airflow()
+
+
+def install_e2e_dags(airflow: AirflowRest) -> AirflowRest:
     """The test DAGs, copied into the deployment's DAGs folder, parsed by its dag-processor and unpaused."""
     copied_at = datetime.now(timezone.utc)
     changed = False
@@ -91,6 +94,11 @@ def e2e_dags(airflow: AirflowRest) -> AirflowRest:
         wait_until(lambda dag_id=dag_id: parsed(dag_id), 180, f"the dag-processor to parse {dag_id}")
         airflow.unpause(dag_id)
     return airflow
+
+
+@pytest.fixture(scope="session")
+def e2e_dags(airflow: AirflowRest) -> AirflowRest:
+    return install_e2e_dags(airflow)
 
 
 class Cluster:
@@ -310,6 +318,27 @@ def deferred_count(airflow: AirflowRest, dag_id: str, run_id: str, task_id: str 
     """How many map indexes of ``task_id`` are deferred with their trigger held by a triggerer."""
     tis = airflow.task_instances(dag_id, run_id, task_id)
     return sum(ti["state"] == "deferred" and ti["triggerer_job"] is not None for ti in tis)
+
+
+FANOUT = "disttrain_e2e_fanout"
+
+
+def start_fanout(
+    airflow: AirflowRest,
+    runs: list[tuple[str, str]],
+    count: int,
+    run_seconds: float | None = None,
+    timeout: float = 240,
+) -> str:
+    """Triggers ``count`` training tasks (whose pods run ``run_seconds`` once released, 5 by default);
+    returns once all are deferred, their (suspended) jobs held."""
+    conf: dict[str, Any] = {"count": count}
+    if run_seconds is not None:
+        conf["run_seconds"] = run_seconds
+    run_id = airflow.trigger(FANOUT, conf)
+    runs.append((FANOUT, run_id))
+    wait_until(lambda: deferred_count(airflow, FANOUT, run_id) == count, timeout, f"{count} deferred tasks")
+    return run_id
 
 
 def task_process(ti: dict[str, Any]) -> psutil.Process:

@@ -10,25 +10,17 @@ import time
 
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import (
+    FANOUT,
     Cluster,
     Process,
     assert_one_succeeded_job_per_task_instance,
-    deferred_count,
     job_succeeded,
+    start_fanout,
     task_process,
     wait_for_health,
 )
 
-FANOUT = "disttrain_e2e_fanout"
 SYNC = "disttrain_e2e_sync"
-
-
-def start_fanout(airflow: AirflowRest, runs: list[tuple[str, str]], count: int) -> str:
-    """Triggers ``count`` training tasks; returns once all are deferred, their (suspended) jobs held."""
-    run_id = airflow.trigger(FANOUT, {"count": count})
-    runs.append((FANOUT, run_id))
-    wait_until(lambda: deferred_count(airflow, FANOUT, run_id) == count, 240, f"{count} deferred tasks")
-    return run_id
 
 
 def test_a_task_process_killed_during_a_synchronous_wait_is_retried_and_reattaches(
