@@ -38,6 +38,7 @@ _BUCKET_SCHEMES = {"s3": naming.S3, "s3a": naming.S3, "s3n": naming.S3, "gs": na
 
 
 def _schema(facet: str) -> str:
+    # The JSON schema shipped in the package of that version (airflow_provider_disttrain/facets/).
     return f"{PRODUCER}:facets/{facet}.json#/$defs/{facet}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,3 +115,32 @@ def test_operator_lineage_of_a_failure() -> None:
         "PyTorchJob ml/train-x1 failed\n  master-0: OOMKilled",
     )
     assert (lineage.inputs, lineage.outputs) == ([], [])
+
+
+def test_every_facet_matches_the_schema_its_schema_url_names() -> None:
+    """``_schemaURL`` is ``<producer>:facets/<file>#/$defs/<facet>``: a schema shipped in the package."""
+    import jsonschema
+
+    import airflow_provider_disttrain
+
+    lineage = operator_lineage(
+        job=JOB,
+        result={"state": "succeeded", "duration_seconds": 1.5, "metrics": {"loss": 0.1}},
+        failure=("timeout", "x"),
+    )
+    for facet in lineage.run_facets.values():
+        value = serialized(facet)
+        location, _, pointer = value["_schemaURL"].removeprefix(f"{PRODUCER}:").partition("#/$defs/")
+        schema = json.loads((Path(airflow_provider_disttrain.__file__).parent / location).read_text())
+        # The first part of allOf is OpenLineage's RunFacet (_producer, _schemaURL); the second is ours.
+        base, own = schema["$defs"][pointer]["allOf"]
+        assert base == {"$ref": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunFacet"}
+        jsonschema.validate(value, own)
+        assert set(value) - {"_producer", "_schemaURL"} <= set(own["properties"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            {"reason": "crashed", "explanation": "x"},
+            json.loads(
+                (Path(airflow_provider_disttrain.__file__).parent / "facets/TrainingFailureRunFacet.json").read_text()
+            )["$defs"]["TrainingFailureRunFacet"]["allOf"][1],
+        )
