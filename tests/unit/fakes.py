@@ -517,6 +517,9 @@ class _InMemorySubscription:
     async def read(self) -> dict[str, Any] | None:
         return self.cluster.get_job(self.kind, self.name, self.namespace)
 
+    async def read_view(self) -> dict[str, Any] | None:
+        return await self.read()
+
     async def wait(self, timeout: float | None) -> None:
         await asyncio.sleep(0.01 if timeout is None else min(0.01, timeout))
 
