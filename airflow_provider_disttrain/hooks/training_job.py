@@ -19,6 +19,7 @@ from kubernetes import client
 from airflow_provider_disttrain.connection import ClusterConnection, minimal_kubeconfig
 from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_not_running, pods_with_problems
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, TrainingJobError
+from airflow_provider_disttrain.failure_class import FailureCause, classify
 from airflow_provider_disttrain.hooks.api_errors import (
     api_status,
     delete_body,
@@ -339,6 +340,13 @@ class TrainingJobHook(KubernetesHook):
 
     def explain_outcome(self, ref: JobRef, headline: str, job: Mapping[str, Any] | None, *, logger: Any = None) -> str:
         """``headline`` plus what the job's pods, their failing containers' logs and events say."""
+        return self.diagnose_outcome(ref, "failed", headline, job, logger=logger)[0]
+
+    def diagnose_outcome(
+        self, ref: JobRef, status: str, headline: str, job: Mapping[str, Any] | None, *, logger: Any = None
+    ) -> tuple[str, FailureCause]:
+        """The explanation (``explain_outcome``) and whose failure it was, from the same pods, logs and events;
+        ``status`` is how the wait ended (``failed``, ``timeout``)."""
         kind = get_job_kind(ref.kind)
         try:
             pods = self.list_job_pods(ref.name, ref.namespace, kind=kind)
@@ -359,4 +367,5 @@ class TrainingJobHook(KubernetesHook):
         except Exception as error:  # The reason we already have beats no reason at all.
             (logger or self.log).warning("Could not collect diagnostics for %s: %r", ref.title, error)
             pods, events, tails = [], [], {}
-        return explain(kind, ref.title, headline, job, pods, events, tails)
+        cause = classify(kind, status, job, pods, events, tails)
+        return explain(kind, ref.title, headline, job, pods, events, tails), cause

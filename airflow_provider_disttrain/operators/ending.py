@@ -3,7 +3,8 @@
 Given the wait's outcome: copy the logs the wait did not (all of them after a deferral, minus what
 the trigger streamed), read the leader's metrics into a success's result and save it for a retry,
 delete the job as the ``CleanupPolicy`` says, and otherwise fail the task with an explanation of
-what happened to the job (``hook.explain_outcome``: pods, container logs, events). A timeout is
+what happened to the job (``hook.diagnose_outcome``: pods, container logs, events) and an error whose
+type says whose failure it was (``failure_class``: the training's or the infrastructure's). A timeout is
 settled with a fresh look first: a job that finished meanwhile ends the task as it finished.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain import outcome as outcomes
-from airflow_provider_disttrain.exceptions import JobFailedError, JobTimeoutError, TrainingJobError
+from airflow_provider_disttrain.exceptions import JobFailedError, JobTimeoutError, TrainingJobError, classed_error
 from airflow_provider_disttrain.identity import JobIdentity
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.kueue import held_by_kueue
@@ -29,6 +30,20 @@ from airflow_provider_disttrain.status import job_state
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+
+FAILURE_XCOM_KEY = "failure"
+
+
+def publish_failure(failure: dict[str, Any], log: logging.Logger | Any) -> None:
+    """XCom ``failure``: the failure's class, reason and evidence (JSON-safe), for a downstream task or a
+    callback. The ending is not handed the task's context, so it asks Airflow for the running task's."""
+    try:
+        from airflow.sdk import get_current_context
+
+        get_current_context()["ti"].xcom_push(key=FAILURE_XCOM_KEY, value=failure)
+    except Exception as error:  # outside a running task (or no XCom backend): the exception still carries it
+        log.debug("Failure class not pushed to XCom: %r", error)
 
 
 @dataclass(frozen=True)
@@ -70,11 +85,14 @@ class JobEnding:
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
             identity.remember(ref, task_succeeded=True)
             return result
-        message = hook.explain_outcome(ref, outcome["message"], job, logger=self.log)
+        message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
+        if status in (outcomes.FAILED, outcomes.TIMEOUT):
+            message += f"\n{cause.describe()}"
+            publish_failure(cause.as_dict(), self.log)
         if status == outcomes.FAILED:
             if cleanup.deletes_after(succeeded=False):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
-            raise JobFailedError(message)
+            raise classed_error(JobFailedError, cause.as_dict(), message)
         if status == outcomes.TIMEOUT:
             if job is not None and held_by_kueue(job):
                 # Left in the queue, it would take quota later for a task that has failed.
@@ -83,7 +101,7 @@ class JobEnding:
             elif cleanup.on_timeout:
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
                 message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
-            raise JobTimeoutError(message)
+            raise classed_error(JobTimeoutError, cause.as_dict(), message)
         if (
             job is not None
             and not job_state(job).is_terminal

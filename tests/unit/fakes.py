@@ -419,6 +419,12 @@ class FakeTrainingJobHook:
 
         return TrainingJobHook.explain_outcome(self, ref, headline, job, logger=logger)  # type: ignore[arg-type]
 
+    def diagnose_outcome(self, ref: Any, status: str, headline: str, job: Any, *, logger: Any = None) -> Any:
+        """The real explanation and failure class, from the pods, logs and events above."""
+        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+        return TrainingJobHook.diagnose_outcome(self, ref, status, headline, job, logger=logger)  # type: ignore[arg-type]
+
 
 # -- the task context ------------------------------------------------------------------------------------
 
