@@ -176,6 +176,17 @@ def namespace(admin_api: Any, service_account_kubeconfig: Path, monkeypatch: pyt
 
 
 @pytest.fixture
+def executing(admin_api: Any, namespace: str) -> str:
+    """``namespace``, with every pod created in it steered to the executing node, where it runs for real."""
+    from kubernetes import client
+
+    from tests.integration.executing_node import steer_to_executing_node
+
+    steer_to_executing_node(client.CoreV1Api(admin_api), namespace)
+    return namespace
+
+
+@pytest.fixture
 def jobs(admin_api: Any) -> Any:
     """Admin-side reads of training jobs and pods, for assertions."""
     from kubernetes import client

@@ -1,40 +1,35 @@
-"""``@task.pytorch_job`` and ``@task.mpi_job`` end to end on the local cluster, with ``dag.test()``.
+"""``@task.pytorch_job`` and ``@task.mpi_job`` for real, with ``dag.test()``, on the executing node
+(dev/cluster/README.md): the PyTorchJob's replicas run the decorator's entrypoint under the real
+``torchrun`` (Master + 1 Worker, 2 processes each, one gloo process group), and the MPIJob's launcher
+runs Open MPI's ``mpirun`` over the hostfile and SSH keys the mpi-operator generated, into two workers
+running ``sshd``. The values come back through the leader pods' termination messages, as Kubernetes
+reports them.
 
-kwok's pods run no code, so ``tests/integration/pod_runner.py`` stands in for the kubelet of pods
-annotated ``disttrain.test/execute``: it runs their container command on this machine (the venv's
-python for the image's; the torchrun/mpirun stand-ins where those are not installed) with the
-environment the training-operator and mpi-operator wrote into the pod, and reports the exit code and
-termination message, which the kwok stage turns into the container's terminated state. Everything
-else is real: the API server, the Kubeflow operators, Airflow's runtime and XComs.
+The test's, not the example's: the namespace is steered to the executing node, and the pods'
+``PYTHONPATH`` is this checkout, standing in for the image's ``pip install --no-deps
+airflow-provider-disttrain`` (the executing node has no images; its python is the venv of
+training/requirements.txt).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import DagRunResult, unique_dag_id
-from tests.integration.pod_runner import EXECUTE, PodRunner
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "example_dags" / "taskflow_decorators.py"
+# The image's provider installation, on a node without images (see the module docstring).
+PROVIDER_ON_PATH = {"PYTHONPATH": str(REPO)}
 
 
-@pytest.fixture
-def pod_runner(admin_api: Any, namespace: str, tmp_path: Path) -> Iterator[PodRunner]:
-    from kubernetes import client
-
-    with PodRunner(client.CoreV1Api(admin_api), namespace, tmp_path) as runner:
-        yield runner
-
-
-def test_the_example_dag_runs_each_function_in_its_job_and_hands_rank_0s_value_on(
-    airflow_db: Path, namespace: str, pod_runner: PodRunner, jobs: Any
+def test_the_example_dag_all_reduces_across_torchrun_and_mpirun_ranks_and_hands_rank_0s_value_on(
+    airflow_db: Path, executing: str, jobs: Any
 ) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
@@ -48,42 +43,40 @@ def test_the_example_dag_runs_each_function_in_its_job_and_hands_rank_0s_value_o
     dag = bag.get_dag("disttrain_taskflow_decorators")
     decorated = [t for t in dag.tasks if isinstance(t, DecoratedTrainingJobOperator)]
     assert sorted(t.task_id for t in decorated) == ["evaluate", "train"]
-    for operator in decorated:  # the example's jobs, run by the pod runner (not in the example: test-only)
-        operator.annotations = {EXECUTE: "true"}
+    for operator in decorated:
+        operator.env = PROVIDER_ON_PATH
 
     result = DagRunResult(dag.test())
 
     assert result.state == "success", result.task_states
-    # 1 Master + 1 Worker, nproc_per_node=2: torchrun started 4 processes; global rank 0 answered.
+    [pytorch_job] = [job["metadata"]["name"] for job in jobs.list("pytorchjobs", executing)]
+    [mpi_job] = [job["metadata"]["name"] for job in jobs.list("mpijobs", executing, version="v2beta1")]
+    # 2 pods x nproc_per_node=2 under torchrun: ranks 0..3 in one gloo group, all-reduced to 0+1+2+3.
     assert result.xcom("train") == {
         "model_uri": "s3://example-bucket/datasets/v3/model-lr0.01",
         "world_size": 4,
         "rank": 0,
+        "rank_sum": 6,
+        "hosts": [f"{pytorch_job}-master-0", f"{pytorch_job}-worker-0"],
         "epochs": 2,
     }
-    # 2 workers x 1 slot: mpirun (from the launcher) ran 2 ranks; the train task's XCom reached them.
+    # mpirun started one rank in each worker pod (reached over ssh through the hostfile's names).
     assert result.xcom("evaluate") == {
         "model_uri": "s3://example-bucket/datasets/v3/model-lr0.01",
         "accuracy": 0.9,
         "ranks": 2,
+        "hosts": [f"{mpi_job}-worker-0", f"{mpi_job}-worker-1"],
     }
     assert result.xcom("report").endswith("trained on 4 processes, accuracy 0.9 on 2 MPI ranks")
-    ran = set(pod_runner.results)
-    assert any(name.endswith("master-0") for name in ran) and any(name.endswith("worker-0") for name in ran)
-    assert any("-launcher-" in name for name in ran), ran  # the MPIJob launcher; its workers stay simulated
-    assert all(code == 0 for code, _, _ in pod_runner.results.values()), pod_runner.results
-    # The value reached the task through the leader's container status, as Kubernetes reports it.
-    [pytorch_job] = jobs.list("pytorchjobs", namespace)
-    [master] = [
-        p for p in jobs.pods(namespace, pytorch_job["metadata"]["name"]) if p.metadata.name.endswith("master-0")
-    ]
-    assert json.loads(master.status.container_statuses[0].state.terminated.message)["world_size"] == 4
+    master = jobs.core.read_namespaced_pod(f"{pytorch_job}-master-0", executing)
+    assert master.spec.node_name == "disttrain-exec-0"
+    assert json.loads(master.status.container_statuses[0].state.terminated.message)["rank_sum"] == 6
 
 
 FAILING_DAG = """
 import pendulum
 from airflow.sdk import dag, task
-from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
+from airflow_provider_disttrain.parameters import WaitPolicy
 
 
 @dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -93,9 +86,8 @@ def pipeline():
         return 3
 
     @task.pytorch_job(
-        image="trainer:1", num_workers=1, restart_policy="Never", deferrable=True,
-        wait_policy=WaitPolicy(poll_interval=1),
-        job_name={job_name!r}, annotations={{"disttrain.test/execute": "true"}},
+        image="disttrain-pytorch:local", num_workers=1, restart_policy="Never",
+        wait_policy=WaitPolicy(poll_interval=1), job_name={job_name!r}, env={env!r},
     )
     def train(count):
         return {{"shards": set(range(count))}}  # a set is not JSON
@@ -108,11 +100,11 @@ pipeline()
 
 
 def test_a_value_that_cannot_become_an_xcom_fails_the_task_with_the_reason(
-    namespace: str, run_dag: Any, pod_runner: PodRunner, capfd: pytest.CaptureFixture[str]
+    executing: str, run_dag: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
     dag_id = unique_dag_id("deco_fail")
     job_name = f"deco-{dag_id[-6:]}"
-    result = run_dag(dag_id, FAILING_DAG.format(dag_id=dag_id, job_name=job_name))
+    result = run_dag(dag_id, FAILING_DAG.format(dag_id=dag_id, job_name=job_name, env=PROVIDER_ON_PATH))
 
     assert result.task_state("shards") == "success"
     assert result.task_state("train") == "failed"
@@ -123,3 +115,5 @@ def test_a_value_that_cannot_become_an_xcom_fails_the_task_with_the_reason(
         f"master-0 ({job_name}-master-0): Failed - container pytorch: Error, exit code 1; train failed on rank 0: "
         "ResultError: the value rank 0 returned (dict) cannot become the task's XCom" in output
     )
+    # torchrun's own report of its failed child, from the Master's log (copied into the task log).
+    assert "torch.distributed.elastic.multiprocessing.errors.ChildFailedError" in output

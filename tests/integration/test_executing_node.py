@@ -15,14 +15,13 @@ import signal
 import subprocess
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import ADMIN_KUBECONFIG, DEVCLUSTER_DIR
-from tests.integration.executing_node import EXEC_NODE, finished, steer_to_executing_node, wait_for_pod
+from tests.integration.executing_node import EXEC_NODE, finished, wait_for_pod
 
 KUBECTL = DEVCLUSTER_DIR / "bin" / "kubectl"
 
@@ -32,12 +31,6 @@ def core(admin_api: Any) -> Any:
     from kubernetes import client
 
     return client.CoreV1Api(admin_api)
-
-
-@pytest.fixture
-def executing(core: Any, namespace: str) -> Iterator[str]:
-    steer_to_executing_node(core, namespace)
-    yield namespace
 
 
 def python_pod(name: str, script: str, restart_policy: str = "Never", **spec: Any) -> dict[str, Any]:

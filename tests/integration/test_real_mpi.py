@@ -8,19 +8,7 @@ import json
 import re
 from typing import Any
 
-import pytest
-
-from tests.integration.executing_node import steer_to_executing_node
-
 EPOCH_LINE = re.compile(r"^epoch=(\d+) loss=([0-9.]+) accuracy=([0-9.]+)$", re.MULTILINE)
-
-
-@pytest.fixture
-def executing(admin_api: Any, namespace: str) -> str:
-    from kubernetes import client
-
-    steer_to_executing_node(client.CoreV1Api(admin_api), namespace)
-    return namespace
 
 
 def mpi_job(name: str, launcher_command: list[str]) -> dict[str, Any]:
