@@ -1,7 +1,11 @@
-"""Failures a user must understand from the task log alone: a replica OOMKilled or exiting with 1, and a
-job that can never be scheduled (more GPUs than the cluster has)."""
+"""Failures a user must understand from the task log alone: a replica's Python process raising (a real
+traceback, a real exit code 1) or killed for exceeding its memory limit (OOMKilled, by the memory cgroup),
+both on the executing node where the replicas' processes run; and a job that can never be scheduled
+(more GPUs than the cluster has)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -9,38 +13,59 @@ from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import training_dag, unique_dag_id
 
 
-def _dag(dag_id: str, job_name: str, deferrable: bool, annotations: dict[str, str], **extra: object) -> str:
+def _dag(dag_id: str, job_name: str, deferrable: bool, **extra: object) -> str:
     arguments = {"wait_policy": WaitPolicy(poll_interval=1, startup_timeout=120), "log_replicas": "all", **extra}
-    return training_dag(
-        dag_id, job_name=job_name, restart_policy="Never", annotations=annotations, deferrable=deferrable, **arguments
-    )
+    return training_dag(dag_id, job_name=job_name, restart_policy="Never", deferrable=deferrable, **arguments)
+
+
+RAISES = """
+print("epoch=1 loss=0.6931", flush=True)
+raise ValueError("loss is nan at step 7")
+"""
+# Written page by page: the memory cgroup of the 64 MiB limit kills the process part way.
+HOGS = "blocks = [bytearray(16 * 2**20) for _ in range(64)]"
 
 
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "sync"])
 @pytest.mark.parametrize(
-    ("annotations", "expected"),
+    ("script", "resources", "expected", "last_line"),
     [
-        ({"disttrain.test/reason": "OOMKilled"}, "OOMKilled, exit code 137"),
-        ({"disttrain.test/exit-code": "1"}, "Error, exit code 1"),
+        (RAISES, None, "Error, exit code 1", "ValueError: loss is nan at step 7"),
+        (HOGS, {"limits": {"memory": "64Mi"}}, "OOMKilled, exit code 137", None),
     ],
-    ids=["oomkilled", "exit-code-1"],
+    ids=["traceback-exit-1", "oomkilled"],
 )
-def test_failed_replica_fails_the_task_with_the_reason(namespace, run_dag, capfd, deferrable, annotations, expected):
+def test_failed_replica_fails_the_task_with_the_reason(
+    executing: str,
+    run_dag: Any,
+    capfd: pytest.CaptureFixture[str],
+    deferrable: bool,
+    script: str,
+    resources: dict[str, Any] | None,
+    expected: str,
+    last_line: str | None,
+) -> None:
     dag_id = unique_dag_id("fail")
     job_name = f"fail-{dag_id[-6:]}"
-    result = run_dag(dag_id, _dag(dag_id, job_name, deferrable, annotations))
+    extra: dict[str, Any] = {"replica_resources": resources} if resources else {}
+    source = _dag(dag_id, job_name, deferrable, command=["python", "-u", "-c", script], **extra)
+    result = run_dag(dag_id, source)
 
     assert result.task_state("train") == "failed"
     log = capfd.readouterr()
     output = log.out + log.err
     assert "JobFailedError" in output
-    assert f"PyTorchJob {namespace}/{job_name} failed" in output
+    assert f"PyTorchJob {executing}/{job_name} failed" in output
     # The Failed condition's reason, and the replica with what Kubernetes said about its container.
     assert "Failed condition: PyTorchJobFailed" in output
     assert f"master-0 ({job_name}-master-0): Failed - container pytorch: {expected}" in output
-    # The pods' logs (kwok serves canned CRI logs) were copied into the task log.
-    assert f"[{job_name}-master-0] epoch 1 loss=0.5" in output
-    assert f"[{job_name}-worker-0] epoch 1 loss=0.5" in output
+    if last_line is not None:
+        # The process's own output, copied from the Master's log into the task log: the whole traceback.
+        master = f"{job_name}-master-0"
+        assert f"[{master}] epoch=1 loss=0.6931" in output
+        assert f"[{master}] Traceback (most recent call last):" in output
+        assert f'[{master}]   File "<string>", line 3, in <module>' in output
+        assert f"[{master}] {last_line}" in output
 
 
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "sync"])
@@ -49,7 +74,7 @@ def test_unschedulable_job_times_out_with_the_schedulers_message_and_is_deleted(
 ):
     dag_id = unique_dag_id("nogpu")
     job_name = f"nogpu-{dag_id[-6:]}"
-    source = _dag(dag_id, job_name, deferrable, {}, gpus_per_replica=100, wait_policy=WaitPolicy(startup_timeout=8))
+    source = _dag(dag_id, job_name, deferrable, gpus_per_replica=100, wait_policy=WaitPolicy(startup_timeout=8))
     result = run_dag(dag_id, source)
 
     assert result.task_state("train") == "failed"
