@@ -26,6 +26,8 @@ add to it, and a WATCH counts when it ends) is shown beside; both are scraped wi
 credentials at both ends of the window. Latency is each trigger's event time minus the time an
 independent reference watch (in this process, admin credentials) saw the job's Succeeded condition
 appear. Everything created is deleted at the end, also on Ctrl-C or an error.
+This is the provider's share of the finish latency; what a user sees end to end in the real
+triggerer, scheduler and executor (the local Airflow deployment) is bench/finish_latency_e2e.py's.
 
     make bench-trigger-scale N=200                       # both modes, the provider in the working tree
     python bench/trigger_scale.py --jobs 1000 --git-ref HEAD   # the provider as committed
