@@ -38,8 +38,8 @@ def elastic_pytorch() -> None:
         nproc_per_node=1,
         # torch >= 2.4 shares one store between the torchrun agents and the training processes; a worker
         # added to a running job waits for that store's address, which torch publishes in the first
-        # rendezvous round only, until the new group times out. Without the sharing, every round
-        # publishes its own.
+        # rendezvous round only: the group stalls for the store's 60 s timeout, then every torchrun
+        # fails. Without the sharing, every round publishes its own.
         env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
         # Return as soon as the job exists; the sensor below does the waiting.
         wait_for_completion=False,

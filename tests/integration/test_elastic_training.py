@@ -99,8 +99,8 @@ TRAINING_ARGS = [
 ENV = {
     # torch >= 2.4 hands the workers a store that rank 0's agent creates in the first round only; a node
     # joining a later round waits for its address, which nobody publishes again (torch 2.15:
-    # RendezvousStoreInfo.build under DynamicRendezvousHandler.next_rendezvous). Without the shared store,
-    # rank 0 publishes a fresh address in every round.
+    # RendezvousStoreInfo.build under DynamicRendezvousHandler.next_rendezvous), until the store's 60 s
+    # timeout fails every torchrun. Without the shared store, rank 0 publishes a fresh address in every round.
     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     # The agents log the rendezvous rounds and the restarts: the failure output when this test fails.
     "LOGLEVEL": "INFO",
