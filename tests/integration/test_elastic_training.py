@@ -164,13 +164,25 @@ def rounds(log: str) -> list[dict[str, Any]]:
     return found
 
 
-def wait_for_round(core: Any, namespace: str, world_size: int, after: int) -> dict[str, Any]:
+def job_finished(jobs: Any, namespace: str) -> bool:
+    found = jobs.get("pytorchjobs", namespace, JOB) or {}
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in conditions)
+
+
+def wait_for_round(core: Any, jobs: Any, namespace: str, world_size: int, after: int) -> dict[str, Any]:
     """The first round after the first ``after`` rounds that trained an epoch at ``world_size``."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
+        over = job_finished(jobs, namespace)  # read before the log: a round in the log then counts
         for trained in rounds(rank0_log(core, namespace))[after:]:
             if trained["world_size"] == world_size and trained["epochs"]:
                 return trained
+        if over:
+            raise AssertionError(
+                f"the job trained its {EPOCHS} epochs before a group of {world_size} formed: scaling took the "
+                f"cluster longer than the training lasts:\n{rank0_log(core, namespace)}"
+            )
         time.sleep(0.5)
     raise AssertionError(f"no epoch at world size {world_size} within {TIMEOUT}s:\n{rank0_log(core, namespace)}")
 
@@ -195,7 +207,7 @@ def test_an_elastic_job_scaled_up_and_down_while_it_trains_resumes_from_its_chec
     live = jobs.get("pytorchjobs", executing, JOB)
     assert "Master" not in live["spec"]["pytorchReplicaSpecs"]  # torchrun's rendezvous takes its place
 
-    first = wait_for_round(core, executing, world_size=2, after=0)
+    first = wait_for_round(core, jobs, executing, world_size=2, after=0)
     assert first["resumed"] == 0 and first["epochs"][0] == (1, 2)
 
     assert run(run_dag, SCALE_DAG, "scale", replicas=3) == {
@@ -206,7 +218,7 @@ def test_an_elastic_job_scaled_up_and_down_while_it_trains_resumes_from_its_chec
         "replicas": 3,
     }
     seen = len(rounds(rank0_log(core, executing)))
-    grown = wait_for_round(core, executing, world_size=3, after=seen - 1)
+    grown = wait_for_round(core, jobs, executing, world_size=3, after=seen - 1)
     # The group of three goes on from the checkpoint the group of two wrote, not from epoch 0.
     assert grown["resumed"] >= 1 and grown["saved_by"] == 2, grown
     assert grown["epochs"][0] == (grown["resumed"] + 1, 3), grown
@@ -214,7 +226,7 @@ def test_an_elastic_job_scaled_up_and_down_while_it_trains_resumes_from_its_chec
 
     assert run(run_dag, SCALE_DAG, "scale", replicas=2)["previous_replicas"] == 3
     seen = len(rounds(rank0_log(core, executing)))
-    shrunk = wait_for_round(core, executing, world_size=2, after=seen - 1)
+    shrunk = wait_for_round(core, jobs, executing, world_size=2, after=seen - 1)
     assert shrunk["resumed"] >= grown["epochs"][0][0] and shrunk["saved_by"] == 3, shrunk
     assert shrunk["epochs"][0] == (shrunk["resumed"] + 1, 2), shrunk
 
