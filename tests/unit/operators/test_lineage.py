@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowTaskTimeout
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 import airflow_provider_disttrain
-from airflow_provider_disttrain.exceptions import JobFailedError
+from airflow_provider_disttrain.exceptions import JobFailedError, JobTimeoutError, TrainingJobError
 from airflow_provider_disttrain.lineage_facets import FAILURE_FACET, JOB_FACET, METRICS_FACET
+from airflow_provider_disttrain.operators.lineage import failure_reason
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.outcome import JobRef, check_job
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
@@ -227,3 +229,18 @@ def test_an_operator_acting_on_an_existing_job_names_it() -> None:
 
     assert (job.kind, job.namespace, job.name) == ("MPIJob", "ml", "nightly-x1")
     assert job.cluster == {"connection": "kubernetes_default", "context": "gpu-east"}
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (JobFailedError("x"), "failed"),
+        (JobTimeoutError("x"), "timeout"),
+        (AirflowSensorTimeout("x"), "timeout"),
+        (AirflowTaskTimeout("x"), "timeout"),
+        (TrainingJobError("x"), "error"),
+        (RuntimeError("x"), "error"),
+    ],
+)
+def test_failure_reason(error: BaseException, reason: str) -> None:
+    assert failure_reason(error) == reason
