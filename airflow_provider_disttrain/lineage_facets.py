@@ -82,6 +82,7 @@ class TrainingFailureRunFacet(RunFacet):
 
     reason: str
     explanation: str
+    failureClass: dict[str, Any] | None = None  # the training's or the infrastructure's, and the evidence
 
     @staticmethod
     def _get_schema() -> str:
@@ -123,7 +124,7 @@ def operator_lineage(
     outlets: Iterable[Any] = (),
     job: Mapping[str, Any] | None = None,
     result: Mapping[str, Any] | None = None,
-    failure: tuple[str, str] | None = None,
+    failure: tuple[str, str, Mapping[str, Any] | None] | None = None,
 ) -> OperatorLineage:
     """The lineage of one training task: ``input_uris`` (what its manifest says it reads) and its
     ``inlets`` in, its ``outlets`` out; the job, the finished job's metrics, the failure's explanation."""
@@ -139,8 +140,13 @@ def operator_lineage(
             producer=PRODUCER,
         )
     if failure is not None:
-        reason, explanation = failure
-        run_facets[FAILURE_FACET] = TrainingFailureRunFacet(reason=reason, explanation=explanation, producer=PRODUCER)
+        reason, explanation, failure_class = failure
+        run_facets[FAILURE_FACET] = TrainingFailureRunFacet(
+            reason=reason,
+            explanation=explanation,
+            failureClass=dict(failure_class) if failure_class else None,
+            producer=PRODUCER,
+        )
     outputs = [dataset_from_asset(asset) for asset in _assets(outlets)]
     return OperatorLineage(inputs=_unique(inputs), outputs=_unique(outputs), run_facets=run_facets)
 

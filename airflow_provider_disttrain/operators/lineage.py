@@ -45,7 +45,7 @@ class LineageMixin:
     cluster_context: str | None
     # What the task's ending left for the listener, which asks after ``execute`` returned or raised.
     _lineage_result: dict[str, Any] | None = None
-    _lineage_failure: tuple[str, str] | None = None
+    _lineage_failure: tuple[str, str, dict[str, Any] | None] | None = None
 
     def lineage_job(self, result: dict[str, Any] | None) -> dict[str, Any] | None:
         """The job facet's content (``lineage.job_facts``), None when there is no job to describe."""
@@ -70,7 +70,7 @@ class LineageMixin:
         return self._operator_lineage(None, self._lineage_failure)
 
     def _operator_lineage(
-        self, result: dict[str, Any] | None, failure: tuple[str, str] | None
+        self, result: dict[str, Any] | None, failure: tuple[str, str, dict[str, Any] | None] | None
     ) -> OperatorLineage | None:
         try:
             from airflow_provider_disttrain import lineage_facets
@@ -86,7 +86,8 @@ class LineageMixin:
         )
 
     def record_failure(self, error: BaseException) -> None:
-        self._lineage_failure = (failure_reason(error), str(error))
+        # A failed or timed-out job's error carries its failure class (failure_class.py), when known.
+        self._lineage_failure = (failure_reason(error), str(error), getattr(error, "failure", None))
 
 
 class TrainingJobLineageMixin(LineageMixin):

@@ -248,6 +248,8 @@ def test_a_failed_training_run_emits_fail_with_the_explanation(
     assert f"PyTorchJob default/{JOB_NAME}" in failure.explanation
     assert "OOMKilled" in failure.explanation
     assert "CUDA out of memory? no: host memory" in failure.explanation  # the master's last log lines
+    # The failure class the provider gave the error (failure_class.py): the training's own, for OOMKilled.
+    assert failure.failureClass["class"] == "training"
     assert fail.run.facets[JOB_FACET].uid == fake.only_job()["metadata"]["uid"]
     assert METRICS_FACET not in fail.run.facets
     assert asset_events(dag_id) == []  # a failed task emits no Asset event

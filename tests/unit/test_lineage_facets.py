@@ -106,7 +106,10 @@ def test_operator_lineage_of_a_success() -> None:
 
 
 def test_operator_lineage_of_a_failure() -> None:
-    lineage = operator_lineage(job=JOB, failure=("failed", "PyTorchJob ml/train-x1 failed\n  master-0: OOMKilled"))
+    failure_class = {"class": "training", "reason": "OOMKilled", "evidence": ["master-0: OOMKilled"]}
+    lineage = operator_lineage(
+        job=JOB, failure=("failed", "PyTorchJob ml/train-x1 failed\n  master-0: OOMKilled", failure_class)
+    )
 
     assert set(lineage.run_facets) == {JOB_FACET, FAILURE_FACET}
     failure = serialized(lineage.run_facets[FAILURE_FACET])
@@ -114,7 +117,11 @@ def test_operator_lineage_of_a_failure() -> None:
         "failed",
         "PyTorchJob ml/train-x1 failed\n  master-0: OOMKilled",
     )
+    assert failure["failureClass"] == failure_class
     assert (lineage.inputs, lineage.outputs) == ([], [])
+    # An error that is not a job's failure (the API server refusing, say) has no class.
+    unclassed = operator_lineage(job=JOB, failure=("error", "the API server refused", None))
+    assert "failureClass" not in serialized(unclassed.run_facets[FAILURE_FACET])
 
 
 def test_every_facet_matches_the_schema_its_schema_url_names() -> None:
@@ -126,7 +133,7 @@ def test_every_facet_matches_the_schema_its_schema_url_names() -> None:
     lineage = operator_lineage(
         job=JOB,
         result={"state": "succeeded", "duration_seconds": 1.5, "metrics": {"loss": 0.1}},
-        failure=("timeout", "x"),
+        failure=("timeout", "x", {"class": "infrastructure", "reason": "preempted", "evidence": []}),
     )
     for facet in lineage.run_facets.values():
         value = serialized(facet)

@@ -103,6 +103,7 @@ def test_a_failure_reports_the_explanation_the_task_failed_with() -> None:
     failure = lineage.run_facets[FAILURE_FACET]
     assert (failure.reason, failure.explanation) == ("failed", str(raised.value))
     assert "OOMKilled" in failure.explanation
+    assert failure.failureClass == raised.value.failure
     assert lineage.run_facets[JOB_FACET].name == NAME
     assert METRICS_FACET not in lineage.run_facets
     assert context["outlet_events"][MODEL].extra == {}  # no model: no event extra
