@@ -300,6 +300,7 @@ MY_POD_NAMESPACE=kubeflow KUBECONFIG="$PKI_DIR/training-operator.kubeconfig" sta
   --webhook-server-port "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" \
   --enable-scheme pytorchjob --enable-scheme tfjob --enable-scheme xgboostjob \
   --enable-scheme paddlejob --enable-scheme jaxjob \
+  --pytorch-init-container-template-file "$CLUSTER_SRC_DIR/pytorch-init-container.yaml" \
   --leader-elect=false
 KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" supervise mpi-operator \
   --kubeConfig "$PKI_DIR/mpi-operator.kubeconfig" \
