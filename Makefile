@@ -37,7 +37,7 @@ typecheck: venv ## mypy on the package (it ships py.typed)
 	@$(VENV)/bin/mypy
 
 unit-test: venv ## Unit tests only (no cluster)
-	@$(VENV)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider
+	@$(VENV)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal
 
 # The lowest versions pyproject.toml declares, for the provider's own dependencies (uv's lowest-direct
 # resolution; transitive ones resolve as usual, within .ci/lowest-deps-constraints.txt), in a venv of
@@ -54,7 +54,7 @@ $(VENV_LOWEST)/.installed: pyproject.toml .ci/lowest-deps-constraints.txt
 	@touch $@
 
 lowest-deps-test: $(VENV_LOWEST)/.installed ## Unit tests on the lowest versions pyproject declares (.venv-lowest)
-	@$(VENV_LOWEST)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider
+	@$(VENV_LOWEST)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal
 
 integration-test: venv cluster-up ## Integration tests against the local cluster
 	@$(VENV)/bin/pytest tests -m integration -q -p no:cacheprovider -rs --durations=15
