@@ -59,6 +59,7 @@ def get_provider_info() -> dict[str, Any]:
             {"class-name": "airflow_provider_disttrain.decorators.pytorch_job.pytorch_job_task", "name": "pytorch_job"},
             {"class-name": "airflow_provider_disttrain.decorators.mpi_job.mpi_job_task", "name": "mpi_job"},
         ],
+        "plugins": [{"name": "disttrain_ui", "plugin-class": "airflow_provider_disttrain.ui.plugin.DisttrainUIPlugin"}],
         "extra-links": ["airflow_provider_disttrain.links.TrainingJobLink"],
         # The provider reuses the cncf.kubernetes provider's ``kubernetes`` connection type; it
         # registers none of its own.

@@ -1,0 +1,178 @@
+"""The FastAPI app behind the UI: JSON endpoints behind Airflow's authentication, and the two pages.
+
+Imported by the API server only (``plugin`` hands it over lazily). A thin I/O layer: it reads the
+jobs through the provider's hook and the shared ``JobListCache``, asks Airflow's auth manager what
+the user may read, and leaves what is shown to ``view``.
+
+Settings (``[disttrain]``): ``ui_conn_id`` the ``kubernetes`` connection the API server reads jobs
+with (default ``kubernetes_default``), ``ui_namespaces`` the namespaces the page lists (comma
+separated; default the connection's namespace), ``ui_kinds`` the job kinds it lists (default
+``PyTorchJob,MPIJob,TrainJob``), ``ui_cache_seconds`` how long one LIST serves everyone (default 5).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+from importlib import resources
+from typing import Annotated, Any
+
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.configuration import conf
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.xcom import XComModel
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy import select
+
+from airflow_provider_disttrain.hooks.api_errors import api_status
+from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.links import CONFIG_SECTION
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_key
+from airflow_provider_disttrain.ui import view
+from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache
+
+DEFAULT_KINDS = "PyTorchJob,MPIJob,TrainJob"
+# The task instances looked up to link the page's jobs to them (the newest first).
+MAX_LINKED_TASK_INSTANCES = 5000
+
+
+def _setting(option: str, fallback: str) -> str:
+    return str(conf.get(CONFIG_SECTION, option, fallback=fallback) or fallback)
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+class Cluster:
+    """The API server's view of the cluster: one hook, one cache of LISTs, the configured scope."""
+
+    def __init__(self) -> None:
+        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+        self.hook = TrainingJobHook(conn_id=_setting("ui_conn_id", "kubernetes_default"))
+        self.kinds = [get_job_kind(kind).kind for kind in _csv(_setting("ui_kinds", DEFAULT_KINDS))]
+        self.namespaces = _csv(_setting("ui_namespaces", "")) or [self.hook.default_namespace()]
+        ttl = float(_setting("ui_cache_seconds", str(DEFAULT_TTL_SECONDS)))
+        self.cache = JobListCache(self._list, ttl=ttl)
+
+    def _list(self, namespace: str, kind: str) -> list[dict[str, Any]]:
+        try:
+            jobs = self.hook.find_jobs(kind, namespace, {})
+        except Exception as error:
+            if api_status(error) == 404:  # the kind's CRD is not installed
+                return []
+            raise
+        # Only the provider's jobs, and only what the view reads (a job's managedFields can be most of it).
+        kept = []
+        for job in jobs:
+            if TASK_INSTANCE_LABEL in ((job.get("metadata") or {}).get("labels") or {}):
+                job.get("metadata", {}).pop("managedFields", None)
+                kept.append(job)
+        return kept
+
+    def jobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
+        return [job for ns in dict.fromkeys(namespaces) for kind in self.kinds for job in self.cache.jobs(ns, kind)]
+
+
+@cache
+def cluster() -> Cluster:
+    return Cluster()
+
+
+def _cluster_error(error: Exception) -> HTTPException:
+    # The hook's errors name the request and the API server's reason, never the credentials.
+    return HTTPException(status_code=502, detail=f"reading the cluster failed: {error}")
+
+
+def _job_namespace(session: Any, dag_id: str, run_id: str, task_id: str, map_index: int) -> str | None:
+    """The namespace the task instance's ``job_namespace`` XCom names, if it pushed one."""
+    query = XComModel.get_many(
+        run_id=run_id, key="job_namespace", task_ids=task_id, dag_ids=dag_id, map_indexes=map_index
+    )
+    row = session.scalars(query.limit(1)).first()
+    value = XComModel.deserialize_value(row) if row is not None else None
+    return value if isinstance(value, str) and value else None
+
+
+STATIC = resources.files("airflow_provider_disttrain.ui") / "static"
+
+
+def _page(name: str) -> HTMLResponse:
+    return HTMLResponse((STATIC / name).read_text())
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="Distributed training", docs_url=None, redoc_url=None, openapi_url=None)
+    # The pages' stylesheet and script (no data): served as files, like Airflow's own UI assets.
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    @app.get("/jobs", response_class=HTMLResponse)
+    def jobs_page(user: GetUserDep) -> HTMLResponse:
+        return _page("jobs.html")
+
+    @app.get("/task-instance/{dag_id}/{run_id}/{task_id}/{map_index}", response_class=HTMLResponse)
+    def task_instance_page(dag_id: str, user: GetUserDep) -> HTMLResponse:
+        return _page("task_instance.html")
+
+    @app.get(
+        "/api/task-instance/{dag_id}/{run_id}/{task_id}",
+        dependencies=[Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE))],
+    )
+    def task_instance_job(
+        dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: Annotated[int, Query()] = -1
+    ) -> dict[str, Any]:
+        state = cluster()
+        namespaces = list(state.namespaces)
+        if namespace := _job_namespace(session, dag_id, run_id, task_id, map_index):
+            namespaces.insert(0, namespace)
+        try:
+            jobs = state.jobs(namespaces)
+        except Exception as error:
+            raise _cluster_error(error) from error
+        job = view.newest_job_of(jobs, task_instance_key(dag_id, task_id, run_id, map_index))
+        if job is None:
+            raise HTTPException(
+                status_code=404,
+                detail=f"no training job of this task instance in namespace(s) {', '.join(dict.fromkeys(namespaces))}"
+                " (not submitted yet, or deleted)",
+            )
+        return {"job": view.job_detail(job, now=time.time()), "cluster_lists": state.cache.lists}
+
+    @app.get("/api/jobs")
+    def jobs(
+        user: GetUserDep,
+        session: SessionDep,
+        state: str | None = None,
+        namespace: str | None = None,
+        dag_id: str | None = None,
+    ) -> dict[str, Any]:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        current = cluster()
+        try:
+            found = current.jobs(current.namespaces)
+        except Exception as error:
+            raise _cluster_error(error) from error
+        allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
+        now = time.time()
+        rows = view.readable([view.job_summary(job, now=now) for job in found], allowed)
+        rows = [row for row in rows if view.matches(row, state=state, namespace=namespace, dag_id=dag_id)]
+        dag_ids = {row["task_instance"]["dag_id"] for row in rows} & set(allowed)
+        task_ids = {row["task_instance"]["task_id"] for row in rows}
+        tis = session.execute(
+            select(TaskInstance.dag_id, TaskInstance.task_id, TaskInstance.run_id, TaskInstance.map_index)
+            .where(TaskInstance.dag_id.in_(dag_ids), TaskInstance.task_id.in_(task_ids))
+            .order_by(TaskInstance.id.desc())
+            .limit(MAX_LINKED_TASK_INSTANCES)
+        ).all()
+        result = view.page(
+            view.link_task_instances(rows, [(dag, task, run, int(index)) for dag, task, run, index in tis])
+        )
+        return {**result, "namespaces": current.namespaces, "cluster_lists": current.cache.lists}
+
+    return app

@@ -1,0 +1,29 @@
+// Shared by the two pages: fetch JSON from the plugin's API (the browser sends Airflow's session cookie),
+// escape text, and refresh on a timer.
+"use strict";
+const DISTTRAIN_REFRESH_MS = 5000;
+
+async function disttrainFetch(path) {
+  const response = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const error = new Error(typeof body.detail === "string" ? body.detail : `HTTP ${response.status}`);
+    error.status = response.status;
+    throw error;
+  }
+  return body;
+}
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function seconds(value) {
+  if (value === null || value === undefined) return "";
+  const s = Math.round(value);
+  return s >= 3600 ? `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min` : s >= 60 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${s} s`;
+}
+
+function stateBadge(state) {
+  return `<span class="state state-${esc(state)}" data-testid="state">${esc(state)}</span>`;
+}

@@ -1,0 +1,281 @@
+"""What the UI shows about training jobs, built from the job objects as the API server returns them.
+
+Pure functions: no I/O, no clock of their own (``now`` is passed in). They read a job through the
+provider's own status modules (``status``, ``kueue``, ``progress``), so the tab shows the state the
+task's waiter decides on, and pick only the fields worth showing: never a pod template, an env value
+or anything from the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider_disttrain.conditions import conditions, is_true, parse_time
+from airflow_provider_disttrain.kinds import kind_of
+from airflow_provider_disttrain.kueue import admitted_at, held_by_kueue, queue_name, waiting_message
+from airflow_provider_disttrain.naming import (
+    DAG_ID_LABEL,
+    MAP_INDEX_LABEL,
+    RUN_ID_LABEL,
+    TASK_ID_LABEL,
+    TASK_INSTANCE_LABEL,
+    TRY_NUMBER_LABEL,
+    sanitize_label_value,
+    task_instance_key,
+)
+from airflow_provider_disttrain.progress import replicas_text, waiting_text
+from airflow_provider_disttrain.status import (
+    JobState,
+    describe_state,
+    failure_condition,
+    has_run,
+    job_result,
+    job_state,
+    replica_counts,
+)
+
+# Extended resources counted as GPUs: any ``<vendor>/gpu`` (nvidia.com/gpu, amd.com/gpu, ...).
+GPU_SUFFIX = "/gpu"
+NEWEST_CONDITIONS = 5
+
+
+def _metadata(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    return job.get("metadata") or {}
+
+
+def _labels(job: Mapping[str, Any]) -> Mapping[str, str]:
+    return _metadata(job).get("labels") or {}
+
+
+def _gpus_of_pod_template(template: Mapping[str, Any]) -> int:
+    containers = ((template.get("spec") or {}).get("containers")) or []
+    total = 0
+    for container in containers:
+        limits = ((container.get("resources") or {}).get("limits")) or {}
+        total += sum(int(str(value)) for name, value in limits.items() if str(name).endswith(GPU_SUFFIX))
+    return total
+
+
+def replica_specs(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Per replica type: ``desired`` replicas and ``gpus`` per replica, from the job's spec.
+
+    A TrainJob has no replica specs: its ``node`` replicated job has ``numNodes`` pods, each with the
+    trainer's ``resourcesPerNode``.
+    """
+    kind = kind_of(job)
+    spec = job.get("spec") or {}
+    if kind.node_count_path is not None:
+        # Pods from a runtime (TrainJob): the node count's section holds the per-node resources beside it.
+        section: Mapping[str, Any] = job
+        for key in kind.node_count_path[:-1]:
+            section = section.get(key) or {}
+        limits = ((section.get("resourcesPerNode") or {}).get("limits")) or {}
+        gpus = sum(int(str(value)) for name, value in limits.items() if str(name).endswith(GPU_SUFFIX))
+        return {kind.worker_replica: {"desired": int(section.get(kind.node_count_path[-1]) or 1), "gpus": gpus}}
+    specs = spec.get(kind.replica_specs_key or "") or {}
+    return {
+        str(replica): {
+            "desired": int(replica_spec.get("replicas") or 1),
+            "gpus": _gpus_of_pod_template(replica_spec.get("template") or {}),
+        }
+        for replica, replica_spec in specs.items()
+        if isinstance(replica_spec, Mapping)
+    }
+
+
+def replicas(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per replica type: desired (spec), active/succeeded/failed (status), GPUs per replica."""
+    counts = replica_counts(job)
+    specs = replica_specs(job)
+    rows = []
+    for replica in sorted({*specs, *counts}):
+        counters = counts.get(replica, {})
+        rows.append(
+            {
+                "type": replica,
+                "desired": specs.get(replica, {}).get("desired", 0),
+                "active": counters.get("active", 0),
+                "succeeded": counters.get("succeeded", 0),
+                "failed": counters.get("failed", 0),
+                "gpus_per_replica": specs.get(replica, {}).get("gpus", 0),
+            }
+        )
+    return rows
+
+
+def gpus_held(job: Mapping[str, Any]) -> int:
+    """GPUs the job's pods hold now: its active replicas times their GPUs; none while suspended or done."""
+    if job_state(job) in (JobState.SUSPENDED, JobState.SUCCEEDED, JobState.FAILED):
+        return 0
+    return sum(row["active"] * row["gpus_per_replica"] for row in replicas(job))
+
+
+def _first_true(job: Mapping[str, Any], types: Iterable[str]) -> str | None:
+    wanted = set(types)
+    times = [
+        str(c.get("lastTransitionTime") or "")
+        for c in conditions(job)
+        if c.get("type") in wanted and is_true(c) and c.get("lastTransitionTime")
+    ]
+    return min(times) if times else None
+
+
+def _iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def timeline(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The job's steps with the time each was reached (None: not reached): created, queued by Kueue
+    and admitted (Kueue jobs only), running, finished (succeeded or failed)."""
+    kind = kind_of(job)
+    state = job_state(job)
+    steps: list[dict[str, Any]] = [{"step": "created", "time": _metadata(job).get("creationTimestamp")}]
+    if queue_name(job) is not None:
+        steps.append({"step": "queued", "time": _first_true(job, ["Suspended"])})
+        steps.append({"step": "admitted", "time": _iso(admitted_at(job))})
+    result = job_result(job, kind.kind)
+    # The Running condition's time while it is true; once it flipped (finished, suspended) the status's
+    # start time (a TrainJob's: from its conditions), as the task's result reports it.
+    running = _first_true(job, ["Running"]) or (result["start_time"] if has_run(job) else None)
+    steps.append({"step": "running", "time": running})
+    finished = (
+        (result["completion_time"] or _first_true(job, ["Failed", kind.status.success_condition]))
+        if state.is_terminal
+        else None
+    )
+    steps.append({"step": state.value if state.is_terminal else "finished", "time": finished})
+    return steps
+
+
+def _seconds_between(start: Any, end: Any) -> float | None:
+    begin, finish = parse_time(start), parse_time(end)
+    return round((finish - begin).total_seconds(), 1) if begin and finish else None
+
+
+def _durations(job: Mapping[str, Any], now: float) -> dict[str, float | None]:
+    """Seconds spent waiting (created until running, or until now) and running (until finished or now)."""
+    steps = {step["step"]: step["time"] for step in timeline(job)}
+    now_iso = _iso(now)
+    finished = next((steps[key] for key in ("succeeded", "failed", "finished") if steps.get(key)), None)
+    running = steps.get("running")
+    return {
+        "queued_seconds": _seconds_between(steps["created"], running or finished or now_iso),
+        "running_seconds": _seconds_between(running, finished or now_iso) if running else None,
+    }
+
+
+def task_instance_of(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The task instance the job's labels name (label values: DAG and task ids as they are, run ids
+    sanitized); ``key`` is the hash the provider selects on."""
+    labels = _labels(job)
+    map_index = labels.get(MAP_INDEX_LABEL)
+    return {
+        "dag_id": labels.get(DAG_ID_LABEL),
+        "task_id": labels.get(TASK_ID_LABEL),
+        "run_id_label": labels.get(RUN_ID_LABEL),
+        "map_index": int(map_index) if map_index is not None and map_index.lstrip("-").isdigit() else -1,
+        "try_number": labels.get(TRY_NUMBER_LABEL),
+        "key": labels.get(TASK_INSTANCE_LABEL),
+    }
+
+
+def _condition_rows(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = [
+        {key: c.get(key) for key in ("type", "status", "reason", "message", "lastTransitionTime")}
+        for c in conditions(job)
+    ]
+    rows.sort(key=lambda row: str(row.get("lastTransitionTime") or ""), reverse=True)
+    return rows[:NEWEST_CONDITIONS]
+
+
+def job_summary(job: Mapping[str, Any], *, now: float) -> dict[str, Any]:
+    """One row of the jobs page: identity, state, GPUs held, time queued and running, its task instance."""
+    metadata = _metadata(job)
+    return {
+        "kind": job.get("kind"),
+        "namespace": metadata.get("namespace"),
+        "name": metadata.get("name"),
+        "state": job_state(job).value,
+        "queue": queue_name(job),
+        "held_by_kueue": held_by_kueue(job),
+        "gpus_held": gpus_held(job),
+        **_durations(job, now),
+        "task_instance": task_instance_of(job),
+    }
+
+
+def job_detail(job: Mapping[str, Any], *, now: float, workload: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the task instance's tab shows about its job (``workload``: its Kueue Workload, if read)."""
+    state = job_state(job)
+    waiting = None
+    if state in (JobState.QUEUED, JobState.SUSPENDED):
+        kueue_reason = waiting_message(workload) if workload is not None else None
+        waiting = waiting_text(job, kueue_reason)
+    failure = failure_condition(job)
+    progress = describe_state(job)
+    if text := replicas_text(job):
+        progress += f" | replicas {text}"
+    return {
+        **job_summary(job, now=now),
+        "uid": _metadata(job).get("uid"),
+        "timeline": timeline(job),
+        "replicas": replicas(job),
+        "progress": progress,
+        "waiting": waiting,
+        "conditions": _condition_rows(job),
+        "failure": {"reason": failure[0], "message": failure[1]} if failure else None,
+    }
+
+
+def newest_job_of(jobs: Iterable[Mapping[str, Any]], instance_key: str) -> Mapping[str, Any] | None:
+    """The newest job labelled for the task instance of ``instance_key`` (a retry's replaces an earlier try's)."""
+    mine = [job for job in jobs if _labels(job).get(TASK_INSTANCE_LABEL) == instance_key]
+    mine.sort(key=lambda job: str(_metadata(job).get("creationTimestamp") or ""))
+    return mine[-1] if mine else None
+
+
+def page(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The jobs page: the rows (by namespace and name) and the GPUs held per namespace and per queue."""
+    rows = sorted(summaries, key=lambda row: (str(row["namespace"]), str(row["name"])))
+    per_namespace: dict[str, int] = {}
+    per_queue: dict[str, int] = {}
+    for row in rows:
+        per_namespace[row["namespace"]] = per_namespace.get(row["namespace"], 0) + row["gpus_held"]
+        if row["queue"]:
+            queue = f"{row['namespace']}/{row['queue']}"
+            per_queue[queue] = per_queue.get(queue, 0) + row["gpus_held"]
+    return {"jobs": rows, "gpus_per_namespace": per_namespace, "gpus_per_queue": per_queue}
+
+
+def link_task_instances(
+    summaries: Iterable[dict[str, Any]], task_instances: Iterable[tuple[str, str, str, int]]
+) -> list[dict[str, Any]]:
+    """The rows with each job's task instance completed from Airflow's own ``(dag_id, task_id, run_id,
+    map_index)`` rows: the labels hold the run id sanitized, the key hash names the exact instance.
+    A job whose task instance is not among them keeps ``run_id`` None (no link)."""
+    by_key = {task_instance_key(*ti): ti for ti in task_instances}
+    linked = []
+    for row in summaries:
+        ti = by_key.get(str(row["task_instance"].get("key")))
+        linked.append({**row, "task_instance": {**row["task_instance"], "run_id": ti[2] if ti else None}})
+    return linked
+
+
+def readable(summaries: Iterable[dict[str, Any]], dag_ids: Iterable[str]) -> list[dict[str, Any]]:
+    """The rows whose DAG is one of ``dag_ids`` (those the user may read); a job without a DAG label is
+    no task's of this provider and never shown."""
+    labels = {sanitize_label_value(dag_id) for dag_id in dag_ids}
+    return [row for row in summaries if row["task_instance"].get("dag_id") in labels]
+
+
+def matches(row: Mapping[str, Any], *, state: str | None, namespace: str | None, dag_id: str | None) -> bool:
+    """Whether a row passes the page's filters (None: no filter)."""
+    return (
+        (not state or row["state"] == state)
+        and (not namespace or row["namespace"] == namespace)
+        and (not dag_id or row["task_instance"].get("dag_id") == sanitize_label_value(dag_id))
+    )

@@ -1,0 +1,170 @@
+"""What the UI shows about a job, built from the status fixtures (jobs as the operators report them)."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_provider_disttrain.naming import task_instance_labels
+from airflow_provider_disttrain.ui import view
+
+STATUS = Path(__file__).resolve().parents[2] / "fixtures" / "status"
+NOW = datetime(2024, 5, 14, 9, 20, 3, tzinfo=timezone.utc).timestamp()
+LABELS = task_instance_labels("retrain", "train", "manual__2024-05-14T09:12:00+00:00", -1, 1)
+
+
+def fixture(name: str, *, gpus: int = 0, queue: str | None = None) -> dict[str, Any]:
+    """A status fixture as the provider's task would have created it: its labels, ``gpus`` per pod."""
+    job = yaml.safe_load((STATUS / name).read_text())
+    job["metadata"]["labels"] = {**LABELS, **({"kueue.x-k8s.io/queue-name": queue} if queue else {})}
+    for replica in (job.get("spec") or {}).get("pytorchReplicaSpecs", {}).values():
+        for container in replica["template"]["spec"]["containers"]:
+            container["resources"] = {"limits": {"nvidia.com/gpu": gpus, "cpu": "4"}}
+    return job
+
+
+def test_a_running_job_shows_its_replicas_gpus_and_progress():
+    job = fixture("pytorchjob-running.yaml", gpus=2)
+    detail = view.job_detail(job, now=NOW)
+    assert detail["state"] == "running"
+    assert detail["replicas"] == [
+        {"type": "Master", "desired": 1, "active": 1, "succeeded": 0, "failed": 0, "gpus_per_replica": 2},
+        {"type": "Worker", "desired": 1, "active": 1, "succeeded": 0, "failed": 0, "gpus_per_replica": 2},
+    ]
+    assert detail["gpus_held"] == 4
+    # The progress line is the waiter's: the status module's state line and the replica counters.
+    assert detail["progress"] == (
+        "running (Running - PyTorchJobRunning: PyTorchJob kubeflow/pytorch-simple is running.)"
+        " | replicas Master: 1 active; Worker: 1 active"
+    )
+    assert [(s["step"], s["time"]) for s in detail["timeline"]] == [
+        ("created", "2024-05-14T09:12:03Z"),
+        ("running", "2024-05-14T09:12:31Z"),
+        ("finished", None),
+    ]
+    assert detail["queued_seconds"] == 28.0
+    assert detail["running_seconds"] == 452.0  # 09:12:31 until NOW, 09:20:03
+    assert detail["failure"] is None
+
+
+def test_a_finished_job_holds_no_gpus_and_its_timeline_ends():
+    job = fixture("pytorchjob-succeeded.yaml", gpus=2)
+    detail = view.job_detail(job, now=NOW)
+    assert detail["state"] == "succeeded"
+    assert detail["gpus_held"] == 0
+    assert detail["timeline"][-1]["step"] == "succeeded" and detail["timeline"][-1]["time"]
+    assert detail["running_seconds"] is not None and detail["running_seconds"] > 0
+
+
+def test_a_failed_job_shows_the_failure_its_condition_gives():
+    detail = view.job_detail(fixture("pytorchjob-failed.yaml"), now=NOW)
+    assert detail["state"] == "failed"
+    assert detail["failure"]["reason"]
+    failed = next(
+        c
+        for c in yaml.safe_load((STATUS / "pytorchjob-failed.yaml").read_text())["status"]["conditions"]
+        if c["type"] == "Failed"
+    )
+    assert detail["failure"] == {"reason": failed["reason"], "message": failed["message"]}
+
+
+def test_a_job_held_by_kueue_shows_the_queue_and_the_reason_it_waits():
+    job = fixture("pytorchjob-suspended.yaml", gpus=1, queue="gpu-queue")
+    workload = {
+        "metadata": {"name": "pytorchjob-mnist-1a2b3"},
+        "status": {
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "False",
+                    "reason": "Pending",
+                    "message": "couldn't assign flavors to pod set worker: insufficient quota",
+                }
+            ]
+        },
+    }
+    detail = view.job_detail(job, now=NOW, workload=workload)
+    assert detail["state"] == "suspended"
+    assert detail["held_by_kueue"] is True and detail["queue"] == "gpu-queue"
+    assert detail["waiting"] == "couldn't assign flavors to pod set worker: insufficient quota"
+    assert detail["gpus_held"] == 0
+    steps = [s["step"] for s in detail["timeline"]]
+    assert steps == ["created", "queued", "admitted", "running", "finished"]
+
+
+def test_a_train_job_reads_its_nodes_from_the_trainer_spec():
+    job = yaml.safe_load((STATUS / "trainjob-running.yaml").read_text())
+    job["metadata"]["labels"] = LABELS
+    job["spec"].setdefault("trainer", {})["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": "8"}}
+    rows = view.replicas(job)
+    assert [row["type"] for row in rows] == ["node"]
+    assert rows[0]["gpus_per_replica"] == 8
+    assert view.gpus_held(job) == rows[0]["active"] * 8
+
+
+def test_the_view_carries_no_pod_template_nor_env_values():
+    job = fixture("pytorchjob-running.yaml")
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "HF_TOKEN", "value": "hf_secret_value"}
+    ]
+    assert "hf_secret_value" not in repr(view.job_detail(job, now=NOW))
+    assert "hf_secret_value" not in repr(view.job_summary(job, now=NOW))
+
+
+def test_the_newest_job_of_a_task_instance_is_its_latest_try():
+    first = fixture("pytorchjob-failed.yaml")
+    retry = copy.deepcopy(fixture("pytorchjob-running.yaml"))
+    retry["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"
+    other = fixture("pytorchjob-succeeded.yaml")
+    other["metadata"]["labels"] = task_instance_labels("retrain", "evaluate", "r", -1, 1)
+    key = LABELS["disttrain.airflow.apache.org/task-instance"]
+    assert view.newest_job_of([retry, first, other], key) is retry
+    assert view.newest_job_of([other], key) is None
+
+
+def test_the_page_totals_gpus_per_namespace_and_queue_and_links_each_job():
+    running = fixture("pytorchjob-running.yaml", gpus=2, queue="gpu-queue")
+    other = fixture("pytorchjob-running.yaml", gpus=1)
+    other["metadata"]["name"] = "pytorch-nightly"
+    other["metadata"]["labels"] = task_instance_labels("nightly", "train", "scheduled__x", 3, 1)
+    done = fixture("pytorchjob-succeeded.yaml", gpus=8)
+    done["metadata"]["name"] = "pytorch-done"
+    rows = [view.job_summary(job, now=NOW) for job in (running, other, done)]
+    # Airflow's task instances: the labels hold the run id sanitized (':' and '+' become '_').
+    tis = [("retrain", "train", "manual__2024-05-14T09:12:00+00:00", -1), ("nightly", "train", "scheduled__x", 3)]
+    result = view.page(view.link_task_instances(rows, tis))
+    assert [(j["name"], j["gpus_held"], j["task_instance"]["run_id"]) for j in result["jobs"]] == [
+        ("pytorch-done", 0, "manual__2024-05-14T09:12:00+00:00"),
+        ("pytorch-nightly", 2, "scheduled__x"),
+        ("pytorch-simple", 4, "manual__2024-05-14T09:12:00+00:00"),
+    ]
+    assert result["jobs"][1]["task_instance"]["map_index"] == 3
+    assert result["gpus_per_namespace"] == {"kubeflow": 6}
+    assert result["gpus_per_queue"] == {"kubeflow/gpu-queue": 4}
+    unlinked = view.link_task_instances(rows, [])
+    assert {j["task_instance"]["run_id"] for j in unlinked} == {None}
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({"state": "running", "namespace": None, "dag_id": None}, ["retrain"]),
+        ({"state": None, "namespace": None, "dag_id": "nightly"}, ["nightly"]),
+        ({"state": None, "namespace": "elsewhere", "dag_id": None}, []),
+        ({"state": None, "namespace": None, "dag_id": None}, ["retrain", "nightly"]),
+    ],
+)
+def test_filters_and_dag_access_select_rows(filters, expected):
+    running = fixture("pytorchjob-running.yaml")
+    done = fixture("pytorchjob-succeeded.yaml")
+    done["metadata"]["labels"] = task_instance_labels("nightly", "train", "r", -1, 1)
+    rows = [view.job_summary(job, now=NOW) for job in (running, done)]
+    shown = [row["task_instance"]["dag_id"] for row in rows if view.matches(row, **filters)]
+    assert shown == expected
+    assert [row["task_instance"]["dag_id"] for row in view.readable(rows, {"nightly"})] == ["nightly"]
+    assert view.readable(rows, set()) == []
