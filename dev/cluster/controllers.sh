@@ -12,8 +12,8 @@ WEBHOOK_CERT_DIR="$DEVCLUSTER_DIR/webhook-certs"
 
 # Kueue objects, named as in Kueue's quickstart: one flavor, one ClusterQueue
 # with the kwok nodes' 16 GPUs (and their cpu/memory) open to every namespace,
-# a LocalQueue `user-queue` per namespace. Not `default`: Kueue 0.17 puts every
-# job without a queue label into a namespace's LocalQueue named `default`
+# a LocalQueue `user-queue` per namespace. Not `default`: Kueue (since 0.17) puts
+# every job without a queue label into a namespace's LocalQueue named `default`
 # (LocalQueueDefaulting, locked on), and unlabelled jobs must run unqueued.
 KUEUE_RESOURCE_FLAVOR=default-flavor
 KUEUE_CLUSTER_QUEUE=cluster-queue
@@ -59,9 +59,14 @@ EOF
   # Integrations: the kinds this provider submits, and JobSet (a TrainJob runs
   # as one). manageJobsWithoutQueueName=false: a job without the
   # kueue.x-k8s.io/queue-name label runs unqueued, as on a cluster without
-  # Kueue; LocalQueueDefaulting is off too, or every unlabelled job in a
-  # namespace with a LocalQueue named `default` would be queued there. The
-  # visibility server (an aggregated APIService) is off.
+  # Kueue. The visibility server (an aggregated APIService) is off.
+  # UnadmittedWorkloadsObservability (v0.19, beta, off by default): a pending
+  # Workload's QuotaReserved=False reason says which it is (WaitingForQuota,
+  # ExceedsMaxQuota, NoMatchingFlavor, Misconfigured, Suspended...) instead of
+  # Pending/Inadmissible; the provider fails at once on the final ones.
+  # waitForPodsReady is left as v0.19 ships it: on, timeout 30m, blockAdmission
+  # false (an admitted job whose pods are not all ready within 30 min is evicted
+  # and requeued; no admission waits for another job's pods).
   cat >"$DEVCLUSTER_DIR/kueue-config.yaml" <<EOF
 apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -81,6 +86,7 @@ internalCertManagement:
   enable: false
 featureGates:
   VisibilityOnDemand: false
+  UnadmittedWorkloadsObservability: true
 integrations:
   frameworks:
   - kubeflow.org/pytorchjob
