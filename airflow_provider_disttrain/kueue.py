@@ -19,6 +19,7 @@ from typing import Any
 from airflow_provider_disttrain.conditions import condition, parse_time
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import ApiResource
+from airflow_provider_disttrain.kueue_history import describe_eviction, preemptor_job_uid
 from airflow_provider_disttrain.manifest.kube_rules import DNS1123_LABEL_MAX_LENGTH, is_dns1123_subdomain
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -144,7 +145,9 @@ def waiting_message(workload: Mapping[str, Any] | None) -> str | None:
     evicted = condition(workload, "Evicted")
     quota = condition(workload, "QuotaReserved")
     if _is(evicted, "true") and evicted:
-        return f"Workload {name} was evicted ({evicted.get('reason')}): {evicted.get('message') or ''}".rstrip(": ")
+        reason, message = str(evicted.get("reason") or ""), str(evicted.get("message") or "")
+        preemptor = preemptor_job_uid(message)
+        return f"Workload {name} " + describe_eviction(reason, message, preemptor and f"the job of uid {preemptor}")
     if _is(quota, "true"):
         cluster_queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
         admitted = condition(workload, "Admitted")

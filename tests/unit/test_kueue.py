@@ -149,17 +149,22 @@ def test_quota_reserved_but_not_admitted_waits_for_admission_checks() -> None:
     )
 
 
-def test_an_evicted_workload_says_why() -> None:
+def test_an_evicted_workload_says_why_and_who_preempted_it() -> None:
+    # Kueue v0.17's message (pkg/scheduler/preemption/preemption.go, preemptionMessage).
+    message = (
+        "Preempted to accommodate a workload (UID: 5b0c, JobUID: 9d1e) due to prioritization in the ClusterQueue; "
+        "preemptor path: /gpu-cluster-queue; preemptee path: /gpu-cluster-queue"
+    )
     evicted = workload(
         condition("QuotaReserved", RESUMED, reason="Pending", message=QUOTA_MESSAGE, status="False"),
-        condition(
-            "Evicted", RESUMED, reason="Preempted", message="Preempted to accommodate a higher priority Workload"
-        ),
+        condition("Evicted", RESUMED, reason="Preempted", message=message),
     )
-    assert waiting_message(evicted) == (
-        f"Workload {evicted['metadata']['name']} was evicted (Preempted): "
-        "Preempted to accommodate a higher priority Workload"
+    said = waiting_message(evicted)
+    assert said is not None
+    assert said.startswith(
+        f"Workload {evicted['metadata']['name']} evicted by Kueue by the job of uid 9d1e (Preempted): "
     )
+    assert message in said and "waits to be admitted again" in said
 
 
 def test_no_workload_yet_and_no_conditions_yet_are_said_plainly() -> None:
