@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_disttrain.conditions import parse_time
+from airflow_provider_disttrain.kueue_admission import NeverAdmitted
 from airflow_provider_disttrain.outcome import JobRef, check_job, seconds_to_deadline
 from airflow_provider_disttrain.status import JobState
 
@@ -82,8 +83,10 @@ class Deadlines:
         now: float,
         has_run: bool = False,
         waiting_reason: str | None = None,
+        never_admitted: NeverAdmitted | None = None,
     ) -> dict[str, Any] | None:
-        """The outcome if the wait is over (finished, gone, or past a deadline that applies), else None."""
+        """The outcome if the wait is over (finished, gone, Kueue will never admit it, or past a deadline
+        that applies), else None."""
         return check_job(
             ref,
             job,
@@ -93,6 +96,7 @@ class Deadlines:
             execution_deadline=self.execution,
             has_run=has_run,
             waiting_reason=waiting_reason,
+            never_admitted=never_admitted,
         )
 
     def seconds_left(

@@ -34,6 +34,14 @@ class JobFailedError(TrainingJobError):
     """The training job reached the Failed state; the message explains why."""
 
 
+class JobInadmissibleError(JobFailedError):
+    """Kueue can never admit the job as its queues stand: it asks for more than its ClusterQueue can hold,
+    no flavor fits it, or its LocalQueue or ClusterQueue is missing, stopped or inactive (``kueue_admission``).
+    The job was deleted, or never created when the LocalQueue check before submitting found it so. A retry
+    of the same job would be refused the same way until an administrator changes the queues:
+    ``DisttrainRetryPolicy`` fails the task at once."""
+
+
 class JobTimeoutError(TrainingJobError):
     """The job did not start, or did not finish, within the allowed time."""
 

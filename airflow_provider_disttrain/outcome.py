@@ -2,8 +2,9 @@
 
 Shared by the synchronous wait loop, the sensor and the trigger, so that deferrable and sync mode
 end in the same way for the same job. An outcome is a JSON-safe dict (it travels as a trigger event):
-``{"status": "success" | "failed" | "timeout" | "error", "kind", "name", "namespace", "state",
-"message", "job"}`` where ``job`` is the ``job_result`` summary (or None when the job is gone).
+``{"status": "success" | "failed" | "timeout" | "inadmissible" | "error", "kind", "name", "namespace",
+"state", "message", "job"}`` where ``job`` is the ``job_result`` summary (or None when the job is gone).
+``inadmissible``: Kueue said it can never admit the job (``kueue_admission``), so it never ran.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_disttrain.kueue import held_by_kueue, startup_clock_shift
+from airflow_provider_disttrain.kueue_admission import NeverAdmitted
 from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state
 
 SUCCESS = "success"
 FAILED = "failed"
 TIMEOUT = "timeout"
+INADMISSIBLE = "inadmissible"
 ERROR = "error"
 
 
@@ -92,6 +95,7 @@ def check_job(
     has_run: bool = False,
     queue_deadline: float | None = None,
     waiting_reason: str | None = None,
+    never_admitted: NeverAdmitted | None = None,
 ) -> dict[str, Any] | None:
     """The outcome if the wait is over (finished, replaced, gone or past a deadline), else None.
 
@@ -100,7 +104,9 @@ def check_job(
     by ``execution_deadline``, which always applies. ``has_run``: the caller saw it run (a suspended
     MPIJob's conditions do not tell). For a job Kueue holds, the startup clock starts at its admission
     (``startup_deadline_for``) and ``queue_deadline`` bounds the wait for that admission;
-    ``waiting_reason`` (the Workload's message) goes into a timeout's message.
+    ``waiting_reason`` (the Workload's message) goes into a timeout's message. ``never_admitted``
+    (``kueue_admission.never_admitted`` of the job's Workload) ends the wait for a first admission at
+    once: Kueue said it never will, so waiting would only end at ``queue_timeout``.
     """
     if job is None:
         return job_gone(ref)
@@ -117,6 +123,8 @@ def check_job(
         return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
     if state is JobState.FAILED:
         return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)
+    if never_admitted is not None and queue_deadline_applies(job, has_run):
+        return make_outcome(ref, INADMISSIBLE, f"{ref.title} was not admitted: {never_admitted.describe()}", job)
     if execution_deadline is not None and now >= execution_deadline:
         return make_outcome(
             ref,

@@ -9,9 +9,10 @@ The provider's errors say whose failure it was (``exceptions.TrainingFailureErro
     PyTorchJobOperator(..., retries=3, retry_policy=DisttrainRetryPolicy(infrastructure_delay=timedelta(minutes=10)))
 
 fails the task at once on a traceback, a non-zero exit or an OOMKill (eight GPUs are not spent again
-on a bug), retries an eviction, a preemption, a lost node, an image pull or a deadline after
-``infrastructure_delay`` (still within ``retries``: a policy cannot add tries), and leaves every
-other error (an unknown class, an API error) to the task's own ``retries`` and ``retry_delay``.
+on a bug) and on a job Kueue can never admit (``JobInadmissibleError``), retries an eviction, a
+preemption, a lost node, an image pull or a deadline after ``infrastructure_delay`` (still within
+``retries``: a policy cannot add tries), and leaves every other error (an unknown class, an API error)
+to the task's own ``retries`` and ``retry_delay``.
 
 Airflow 3.2 has no ``retry_policy``: importing ``DisttrainRetryPolicy`` there raises an ImportError
 that says so, and ``decide`` (the same judgement, as plain values) can be used from an
@@ -24,7 +25,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_disttrain.exceptions import InfrastructureFailureError, TrainingFailureError
+from airflow_provider_disttrain.exceptions import (
+    InfrastructureFailureError,
+    JobInadmissibleError,
+    TrainingFailureError,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.retry_policy import RetryDecision
@@ -56,6 +61,8 @@ def _reason(exception: BaseException) -> str:
 
 def decide(exception: BaseException, infrastructure_delay: timedelta | None = DEFAULT_INFRASTRUCTURE_DELAY) -> Verdict:
     """The policy's judgement of ``exception``, as plain values (usable on any Airflow version)."""
+    if isinstance(exception, JobInadmissibleError):
+        return Verdict("fail", reason="Kueue can never admit the job as its queues stand: not retried")
     if isinstance(exception, TrainingFailureError):
         return Verdict("fail", reason=f"the training's own failure ({_reason(exception)}): not retried")
     if isinstance(exception, InfrastructureFailureError):

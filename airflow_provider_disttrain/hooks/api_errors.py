@@ -117,6 +117,16 @@ def raise_for_access(error: BaseException, what: str) -> None:
 _ADMISSION_REFUSAL = re.compile(r"admission webhook|exceeded quota|because it is being terminated")
 
 
+def names_object(error: BaseException, name: str) -> bool:
+    """Whether a 404's Status names the object ``name`` (it does not exist), rather than nothing (the
+    resource type itself is unknown to the API server: its CRD is not installed)."""
+    try:
+        parsed = json.loads(getattr(error, "body", None) or "")
+    except (TypeError, ValueError):
+        return False
+    return isinstance(parsed, dict) and ((parsed.get("details") or {}).get("name") == name)
+
+
 def status_message(error: BaseException) -> str:
     """The ``message`` of the API server's Status body, whole (the body itself when it is not JSON)."""
     body = getattr(error, "body", None) or ""

@@ -24,11 +24,12 @@ from airflow_provider_disttrain.hooks.api_errors import (
     api_status,
     delete_body,
     means_job_absent,
+    names_object,
     raise_for_access,
     retry_transient,
 )
 from airflow_provider_disttrain.hooks.rejections import field_error
-from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, JobKind, get_job_kind
+from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, ApiResource, JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, workload_of
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
@@ -121,6 +122,23 @@ class TrainingJobHook(KubernetesHook):
         )
         workload = workload_of(listing.get("items") or [], job_uid)
         return dict(workload) if workload is not None else None
+
+    @retry_transient()
+    def get_kueue_queue(self, resource: ApiResource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """A Kueue LocalQueue (in ``namespace``) or ClusterQueue, or None when no such object exists.
+
+        Every other error is raised as the client raised it (a 403, a 404 that names no object: Kueue's
+        CRDs are not installed), for the caller to judge: the check before submitting goes on without it.
+        """
+        try:
+            if resource.namespaced:
+                assert namespace is not None
+                return self._custom.get_namespaced_custom_object(**resource.namespaced_path(namespace), name=name)
+            return self._custom.get_cluster_custom_object(**resource.cluster_path(), name=name)
+        except Exception as error:
+            if api_status(error) == 404 and names_object(error, name):
+                return None
+            raise
 
     @retry_transient()
     def patch_job(self, kind: str | JobKind, name: str, namespace: str, patch: Mapping[str, Any]) -> dict[str, Any]:

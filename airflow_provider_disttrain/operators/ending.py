@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain import outcome as outcomes
-from airflow_provider_disttrain.exceptions import JobFailedError, JobTimeoutError, TrainingJobError, classed_error
+from airflow_provider_disttrain.exceptions import (
+    JobFailedError,
+    JobInadmissibleError,
+    JobTimeoutError,
+    TrainingJobError,
+    classed_error,
+)
 from airflow_provider_disttrain.identity import JobIdentity
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.kueue import held_by_kueue
@@ -85,6 +91,8 @@ class JobEnding:
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
             identity.remember(ref, task_succeeded=True)
             return result
+        if status == outcomes.INADMISSIBLE:
+            raise self._inadmissible(outcome["message"], job)
         message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
             message += f"\n{cause.describe()}"
@@ -112,6 +120,14 @@ class JobEnding:
         ):
             message += f"\n{ref.title} was deleted: this was the task's last try."
         raise TrainingJobError(message)
+
+    def _inadmissible(self, message: str, job: Mapping[str, Any] | None) -> JobInadmissibleError:
+        """Kueue can never admit the job: it is deleted whatever the cleanup policy (it never ran, and left
+        in the queue it would take the quota later for a task that has failed)."""
+        ref = self.ref
+        if job is not None and self.hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
+            message += f"\n{ref.title} was deleted: Kueue can never admit it as its queues stand."
+        return JobInadmissibleError(message)
 
     def _resume_after_streamed_lines(self, forwarder: LogForwarder) -> None:
         """Copy only what the trigger did not stream: it left its position on the job (``live_logs``)."""

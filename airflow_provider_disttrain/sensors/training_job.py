@@ -9,7 +9,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.deadlines import Deadlines
-from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
+from airflow_provider_disttrain.exceptions import JobFailedError, JobInadmissibleError, TrainingJobError
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.outcome import JobRef
 
@@ -63,7 +63,13 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         # A job Kueue holds: say why it waits, in Kueue's words, when that changes.
         waiting_reason = self._kueue().observe(job)
         # The sensor's ``timeout`` is BaseSensorOperator's to enforce between pokes: no deadline here.
-        outcome = Deadlines().check(ref, job, now=self.wall_clock(), waiting_reason=waiting_reason)
+        outcome = Deadlines().check(
+            ref,
+            job,
+            now=self.wall_clock(),
+            waiting_reason=waiting_reason,
+            never_admitted=self._kueue().never_admitted,
+        )
         if outcome is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self._result(outcome))
@@ -111,6 +117,8 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         message = self.hook.explain_outcome(ref, outcome["message"], job, logger=self.log)
         if outcome["status"] == outcomes.FAILED:
             raise JobFailedError(message)
+        if outcome["status"] == outcomes.INADMISSIBLE:  # the job is not the sensor's to delete
+            raise JobInadmissibleError(message)
         if outcome["status"] == outcomes.TIMEOUT:
             from airflow.sdk.exceptions import AirflowSensorTimeout
 

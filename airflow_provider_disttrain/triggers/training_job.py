@@ -27,6 +27,7 @@ from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import classify
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, held_by_kueue, waiting_message
+from airflow_provider_disttrain.kueue_admission import NeverAdmitted, never_admitted
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
@@ -188,7 +189,12 @@ class TrainingJobTrigger(BaseTrigger):
             # A suspended MPIJob's conditions forget that it ran; the startup limit must not return.
             self._seen_running = True
         return self.deadlines.check(
-            self.ref, job, now=self._clock().wall(), has_run=self._seen_running, waiting_reason=self._waiting_reason
+            self.ref,
+            job,
+            now=self._clock().wall(),
+            has_run=self._seen_running,
+            waiting_reason=self._waiting_reason,
+            never_admitted=self._workload.never_admitted,
         )
 
     def _remaining(self, job: dict[str, Any] | None) -> float | None:
@@ -433,6 +439,8 @@ class _WorkloadFollower:
         self._context: contextlib.AbstractAsyncContextManager[Subscription] | None = None
         self._subscription: Subscription | None = None
         self._unreadable = False
+        self.never_admitted: NeverAdmitted | None = None
+        """Kueue's word that it can never admit the job (``kueue_admission``), from the last ``follow``."""
 
     async def follow(
         self,
@@ -446,6 +454,7 @@ class _WorkloadFollower:
 
         The Workload's changes wake the trigger through its job subscription's event.
         """
+        self.never_admitted = None
         if job is None or not held_by_kueue(job) or self._unreadable:
             await self.stop()
             return None
@@ -479,7 +488,9 @@ class _WorkloadFollower:
         if not self._subscription.synced:
             return None
         entry = self._subscription.entry
-        return waiting_message(entry.job if entry is not None and not entry.deleted else None)
+        workload = entry.job if entry is not None and not entry.deleted else None
+        self.never_admitted = never_admitted(workload)
+        return waiting_message(workload)
 
     async def stop(self) -> None:
         context, self._context, self._subscription = self._context, None, None

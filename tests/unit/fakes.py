@@ -173,6 +173,16 @@ def make_event(involved: str, reason: str, message: str, at: str = END) -> dict[
     }
 
 
+def active_queue(kind: str, name: str, namespace: str | None = None, cluster_queue: str = "cluster-queue") -> dict:
+    """A Kueue LocalQueue or ClusterQueue as Kueue leaves one that admits workloads."""
+    metadata: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {})}
+    queue: dict[str, Any] = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": metadata, "spec": {}}
+    if kind == "LocalQueue":
+        queue["spec"]["clusterQueue"] = cluster_queue
+    queue["status"] = {"conditions": [{"type": "Active", "status": "True", "reason": "Ready", "message": "Can admit"}]}
+    return queue
+
+
 # -- the sync hook ---------------------------------------------------------------------------------------
 
 _API_METHODS = (
@@ -180,6 +190,7 @@ _API_METHODS = (
     "get_job",
     "find_jobs",
     "find_workload",
+    "get_kueue_queue",
     "patch_job",
     "delete_job",
     "list_job_pods",
@@ -230,6 +241,10 @@ class FakeTrainingJobHook:
         self.runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.workloads: list[dict[str, Any]] = []  # Kueue Workloads, found by their job-uid label
+        # Kueue's LocalQueues ("localqueues", namespace, name) and ClusterQueues ("clusterqueues", None, name):
+        # a dict is the object, None a queue that does not exist, an exception is raised. Any other queue
+        # exists and is Active (an active LocalQueue of the ClusterQueue "cluster-queue").
+        self.kueue_queues: dict[tuple[str, str | None, str], Any] = {}
         self.log = LOG
         # Test controls.
         self.before_create: Any = None  # called once with the manifest, just before the next create
@@ -362,6 +377,16 @@ class FakeTrainingJobHook:
         listed = [w for w in self.workloads if w["metadata"].get("namespace") == namespace]
         workload = workload_of(listed, job_uid)
         return copy.deepcopy(dict(workload)) if workload is not None else None
+
+    def get_kueue_queue(self, resource: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        self._record("get_kueue_queue", resource.kind, name, namespace)
+        key = (resource.plural, namespace, name)
+        if key not in self.kueue_queues:
+            return active_queue(resource.kind, name, namespace)
+        found = self.kueue_queues[key]
+        if isinstance(found, BaseException):
+            raise found
+        return copy.deepcopy(found)
 
     def delete_and_wait(self, kind: Any, name: str, namespace: str, **kwargs: Any) -> bool:
         """The real loop (``delete_job``, then ``get_job`` until gone) over the calls above."""
