@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_disttrain.conditions import conditions
-from airflow_provider_disttrain.status import JobState, describe_state, job_result, job_state
+from airflow_provider_disttrain.kueue import held_by_kueue
+from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state
 
 DEFAULT_INTERVAL_SECONDS = 30.0
 DEFAULT_BURST = 3
@@ -57,6 +58,13 @@ def _restart_mark(job: Mapping[str, Any]) -> str | None:
     return None
 
 
+def lost_its_admission(job: Mapping[str, Any]) -> bool:
+    """Whether Kueue took a running job's admission away (preemption, eviction): it is queued again after
+    it ran. Said at once, as a terminal state is: held back, the line would be replaced by the next
+    "running" before anyone read why the job stopped."""
+    return held_by_kueue(job) and has_run(job)
+
+
 class ProgressTracker:
     """What one waiter has told the log about one job, and when."""
 
@@ -86,7 +94,7 @@ class ProgressTracker:
         if line != self._pending:
             self._held += 1
         self._pending = line
-        if self._tokens < 1 and not job_state(job).is_terminal:
+        if self._tokens < 1 and not job_state(job).is_terminal and not lost_its_admission(job):
             return None
         self._tokens = max(0.0, self._tokens - 1)
         coalesced = f" ({self._held} changes since the last line)" if self._held > 1 else ""

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_provider_disttrain.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.kinds import JobKind, kind_of
-from airflow_provider_disttrain.kueue import describe_hold, held_by_kueue
+from airflow_provider_disttrain.kueue import describe_hold, held_by_kueue, queue_name
 
 # Condition types and the state each one means when it is the job's newest true condition.
 _CONDITION_STATES = {
@@ -173,6 +173,7 @@ def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
         "namespace": metadata.get("namespace"),
         "kind": kind,
         "uid": metadata.get("uid"),
+        "local_queue": queue_name(job),
         "state": job_state(job).value,
         "conditions": [
             {

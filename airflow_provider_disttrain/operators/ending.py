@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,8 @@ from airflow_provider_disttrain.exceptions import (
 )
 from airflow_provider_disttrain.identity import JobIdentity
 from airflow_provider_disttrain.kinds import JobKind
-from airflow_provider_disttrain.kueue import held_by_kueue
+from airflow_provider_disttrain.kueue import held_by_kueue, queue_name
+from airflow_provider_disttrain.kueue_history import describe_record, kueue_record
 from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.logs import LogForwarder
 from airflow_provider_disttrain.metrics import leader_metrics
@@ -83,7 +85,7 @@ class JobEnding:
             forwarder.forward(pods)
         identity, cleanup = self.identity, self.cleanup
         if status == outcomes.SUCCESS:
-            result = self._with_metrics(outcome["job"], pods)
+            result = self._with_kueue_record(self._with_metrics(outcome["job"], pods))
             self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
             # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
             identity.remember(ref, result=result)
@@ -94,6 +96,8 @@ class JobEnding:
         if status == outcomes.INADMISSIBLE:
             raise self._inadmissible(outcome["message"], job)
         message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
+        if job is not None and (record := self._kueue_record(job.get("metadata") or {})):
+            message += f"\n{describe_record(record)}"
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
             message += f"\n{cause.describe()}"
             publish_failure(cause.as_dict(), self.log)
@@ -143,6 +147,28 @@ class JobEnding:
         except Exception as error:  # metrics and logs are a courtesy: the job succeeded
             self.log.warning("Could not list the pods of %s (no metrics in the result): %r", ref.title, error)
             return None
+
+    def _kueue_record(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What Kueue did to the job (evictions, seconds queued and admitted), for a job it queued.
+
+        ``job``: the job's summary or metadata (``local_queue``/labels and ``uid``). One LIST of the job's
+        Workload, only for a job submitted to a LocalQueue; a courtesy, so a failure to read it is logged.
+        """
+        queued = job.get("local_queue") or queue_name({"metadata": job})
+        if not queued or not job.get("uid"):
+            return None
+        try:
+            workload = self.hook.find_workload(self.ref.namespace, str(job["uid"]))
+        except Exception as error:
+            self.log.warning("Could not read the Kueue Workload of %s: %r", self.ref.title, error)
+            return None
+        return kueue_record(workload, now=time.time()) if workload is not None else None
+
+    def _with_kueue_record(self, result: dict[str, Any]) -> dict[str, Any]:
+        if (record := self._kueue_record(result)) is None:
+            return result
+        self.log.info("%s: %s", self.ref.title, describe_record(record))
+        return {**result, "kueue": record}
 
     def _with_metrics(self, result: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
         """The result with the leader's metrics (its termination message as a JSON object), when it wrote any."""

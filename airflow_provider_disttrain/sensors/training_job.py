@@ -9,7 +9,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.deadlines import Deadlines
-from airflow_provider_disttrain.exceptions import JobFailedError, JobInadmissibleError, TrainingJobError
+from airflow_provider_disttrain.exceptions import JobFailedError, JobInadmissibleError, TrainingJobError, classed_error
+from airflow_provider_disttrain.operators.ending import publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.outcome import JobRef
 
@@ -114,9 +115,12 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
             return outcome["job"]
         ref = JobRef(outcome["kind"], outcome["name"], outcome["namespace"])
         job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
-        message = self.hook.explain_outcome(ref, outcome["message"], job, logger=self.log)
+        message, cause = self.hook.diagnose_outcome(ref, outcome["status"], outcome["message"], job, logger=self.log)
         if outcome["status"] == outcomes.FAILED:
-            raise JobFailedError(message)
+            # Classed as the training operators' failures are: a retry_policy treats both alike.
+            message += f"\n{cause.describe()}"
+            publish_failure(cause.as_dict(), self.log)
+            raise classed_error(JobFailedError, cause.as_dict(), message)
         if outcome["status"] == outcomes.INADMISSIBLE:  # the job is not the sensor's to delete
             raise JobInadmissibleError(message)
         if outcome["status"] == outcomes.TIMEOUT:

@@ -124,6 +124,31 @@ def test_the_terminal_state_is_written_at_once_even_when_throttled():
     assert line is not None and line.startswith("failed (Failed - BackoffLimitExceeded")
 
 
+def test_a_job_kueue_evicts_while_it_runs_is_said_at_once_even_when_throttled():
+    """Preempted: the training-operator suspends the running job (Running=False, reason
+    PyTorchJobSuspended). Held back, the line would be replaced by "running" once it is re-admitted."""
+    queued = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    evicted = {
+        "conditions": [
+            condition("Created", START),
+            condition("Running", END, status="False", reason="PyTorchJobSuspended"),
+            condition("Suspended", END, reason="PyTorchJobSuspended"),
+        ]
+    }
+    tracker = ProgressTracker(interval=300, burst=1)
+    tracker.observe(make_job(status=running_status(), labels=queued), now=0)
+
+    line = tracker.observe(
+        make_job(status=evicted, labels=queued), now=1, waiting_reason="evicted by Kueue (Preempted)"
+    )
+
+    assert line is not None and "queued by Kueue" in line and "waiting: evicted by Kueue (Preempted)" in line
+    # A job that has not run yet, held the same way, waits for the throttle as any change does.
+    fresh = ProgressTracker(interval=300, burst=1)
+    fresh.observe(make_job(status=queued_status(), labels=queued), now=0)
+    assert fresh.observe(make_job(status=suspended_status(), labels=queued), now=1) is None
+
+
 def test_bad_throttle_settings_are_refused():
     with pytest.raises(ValueError, match="interval > 0"):
         ProgressTracker(interval=0)

@@ -311,6 +311,7 @@ def test_result_of_a_fresh_job_without_status():
         "namespace": "team-a",
         "kind": "TFJob",
         "uid": "u-1",
+        "local_queue": None,
         "state": "queued",
         "conditions": [],
         "start_time": None,

@@ -12,6 +12,7 @@ RESULT_KEYS = {
     "namespace",
     "kind",
     "uid",
+    "local_queue",
     "state",
     "conditions",
     "start_time",

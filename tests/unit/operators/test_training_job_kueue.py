@@ -156,8 +156,10 @@ def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
     queued = [line for line in lines if "is queued by Kueue: " in line]
     assert queued == [f"PyTorchJob default/{result['name']} is queued by Kueue: {QUOTA_MESSAGE}"]  # once, not per poll
     assert any("is queued by Kueue in LocalQueue 'default' (Suspended" in line for line in lines)
-    # The Workload is read only while Kueue holds the job.
-    assert len(hook.called("find_workload")) == 20
+    # The Workload is read only while Kueue holds the job, and once at the end for the result's record.
+    assert len(hook.called("find_workload")) == 20 + 1
+    assert result["kueue"]["workload"] == f"pytorchjob-{result['name']}-1a2b3"
+    assert result["kueue"]["evictions"] == 0
 
 
 def test_queue_timeout_fails_with_kueues_message_and_deletes_the_queued_job() -> None:

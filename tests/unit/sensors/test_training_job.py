@@ -11,7 +11,12 @@ from airflow.sdk import PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 
 from airflow_provider_disttrain.connection import ClusterConnection
-from airflow_provider_disttrain.exceptions import JobFailedError, TrainingJobError
+from airflow_provider_disttrain.exceptions import (
+    JobFailedError,
+    JobFailedInTrainingError,
+    JobFailedOnInfrastructureError,
+    TrainingJobError,
+)
 from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, make_outcome
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from airflow_provider_disttrain.status import job_result
@@ -73,6 +78,34 @@ def test_poke_fails_with_the_reason_when_the_job_failed() -> None:
 
     assert FAILED_REASON in str(raised.value)
     assert "OOMKilled" in str(raised.value)
+
+
+def test_a_failed_job_fails_the_sensor_with_its_failure_class_for_a_retry_policy() -> None:
+    """The sensor's failures are classed as the operators' are: OOMKilled is the training's own."""
+    hook = hook_with(failed_status())
+    hook.pods["train-abc"] = [make_pod("train-abc", "master", 0, phase="Failed", terminated=OOM_KILLED)]
+
+    with pytest.raises(JobFailedInTrainingError) as raised:
+        make_sensor(hook).poke(make_context())
+
+    assert raised.value.failure["class"] == "training"
+    assert raised.value.failure["reason"] == "OOMKilled"
+    assert "Failure class: training (OOMKilled)" in str(raised.value)
+
+
+def test_a_job_whose_pod_was_evicted_fails_the_sensor_as_the_infrastructures_failure() -> None:
+    hook = hook_with(failed_status())
+    evicted = make_pod("train-abc", "worker", 0, phase="Failed")
+    evicted["status"].update(reason="Evicted", message="The node was low on resource: memory.")
+    hook.pods["train-abc"] = [evicted]
+
+    with pytest.raises(JobFailedOnInfrastructureError) as raised:
+        make_sensor(hook, deferrable=True).execute_complete(
+            make_context(), make_outcome(JobRef("PyTorchJob", "train-abc", "default"), FAILED, "failed")
+        )
+
+    assert raised.value.failure["class"] == "infrastructure"
+    assert raised.value.failure["reason"] == "Evicted"
 
 
 def test_poke_fails_when_the_job_does_not_exist() -> None:
