@@ -87,6 +87,9 @@ class StatusShape:
     suspension_without_history_reason: str | None = None
     """The reason of a ``Running=False`` condition the operator writes on every suspension, also of a job
     that never ran (the mpi-operator's ``MPIJobSuspended``): such a condition does not show the job ran."""
+    trainer_status_key: str | None = None
+    """Status field where the trainer reports its own progress (a TrainJob's ``trainerStatus``: percentage,
+    remaining seconds, metrics; Kubeflow Trainer's alpha ``TrainJobStatus`` gate); None: the kind has none."""
 
 
 @dataclass(frozen=True)
@@ -313,6 +316,7 @@ JOB_KINDS: dict[str, JobKind] = {
                 replica_statuses_list_key="name",
                 running_counters=("ready", "succeeded"),
                 has_times=False,
+                trainer_status_key="trainerStatus",
             ),
             pod_labels=PodLabels(
                 job_name=JOBSET_NAME_LABEL,

@@ -4,7 +4,8 @@
 shared watch, the sync wait's poll) and returns the line to log, or None. A line says the job's
 state and its newest condition, the active / succeeded / failed replicas of each replica type (each
 replicated job of a TrainJob), why a job that has not started is waiting, and how many restarts were
-seen. Pure: no I/O, no clock of its own (``now`` is passed in), a few fields per job, so 1,000
+seen, and what the trainer itself reported (a TrainJob's ``trainerStatus``: percentage, time left,
+latest metrics). Pure: no I/O, no clock of its own (``now`` is passed in), a few fields per job, so 1,000
 deferred jobs cost nothing measurable between their changes.
 
 Throttling is a token bucket per job: a burst of ``burst`` lines, then one line per ``interval``
@@ -21,6 +22,7 @@ from typing import Any
 from airflow_provider_disttrain.conditions import conditions
 from airflow_provider_disttrain.kueue import held_by_kueue
 from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state
+from airflow_provider_disttrain.trainer_status import describe_progress, trainer_progress
 
 DEFAULT_INTERVAL_SECONDS = 30.0
 DEFAULT_BURST = 3
@@ -121,4 +123,6 @@ class ProgressTracker:
             parts.append(f"waiting: {waiting}")
         if self._restarts:
             parts.append(f"restarts seen: {len(self._restarts)}")
+        if (reported := trainer_progress(job)) is not None:
+            parts.append(describe_progress(reported))
         return " | ".join(parts)

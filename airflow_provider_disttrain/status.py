@@ -14,6 +14,7 @@ from typing import Any
 from airflow_provider_disttrain.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.kinds import JobKind, kind_of
 from airflow_provider_disttrain.kueue import describe_hold, held_by_kueue, queue_name
+from airflow_provider_disttrain.trainer_status import trainer_status_result
 
 # Condition types and the state each one means when it is the job's newest true condition.
 _CONDITION_STATES = {
@@ -162,7 +163,7 @@ def _times(job: Mapping[str, Any]) -> tuple[Any, Any]:
 
 
 def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """The JSON-safe summary a training task returns to XCom."""
+    """The JSON-safe summary a training task returns to XCom (with ``trainer_status`` when the trainer reported)."""
     metadata = job.get("metadata") or {}
     start_time, completion_time = _times(job)
     start = parse_time(start_time)
@@ -190,6 +191,7 @@ def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
             replica: {counter: counts[counter] for counter in ("active", "succeeded", "failed")}
             for replica, counts in replica_counts(job).items()
         },
+        **trainer_status_result(job),
     }
 
 

@@ -31,7 +31,7 @@ from airflow_provider_disttrain.kueue import held_by_kueue, queue_name
 from airflow_provider_disttrain.kueue_history import describe_record, kueue_record
 from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.logs import LogForwarder
-from airflow_provider_disttrain.metrics import leader_metrics
+from airflow_provider_disttrain.metrics import combined_metrics, leader_metrics
 from airflow_provider_disttrain.outcome import JobRef, settle_timeout
 from airflow_provider_disttrain.parameters import CleanupPolicy
 from airflow_provider_disttrain.status import job_state
@@ -171,12 +171,15 @@ class JobEnding:
         return {**result, "kueue": record}
 
     def _with_metrics(self, result: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
-        """The result with the leader's metrics (its termination message as a JSON object), when it wrote any."""
-        if pods is None:
+        """The result with the leader's metrics (its termination message as a JSON object), when it wrote any,
+        and a TrainJob trainer's reported ``trainerStatus.metrics`` (the leader's win a name both have)."""
+        leader, why = leader_metrics(self.kind, pods) if pods is not None else (None, "")
+        if leader is None and why:
+            self.log.info("No training metrics from the leader's termination message: %s", why)
+        elif leader is not None:
+            self.log.info("Training metrics from the leader: %s", json.dumps(leader, sort_keys=True))
+        if (metrics := combined_metrics(leader, result.get("trainer_status"))) is None:
             return result
-        metrics, why = leader_metrics(self.kind, pods)
-        if metrics is None:
-            self.log.info("No training metrics in the result: %s", why)
-            return result
-        self.log.info("Training metrics from the leader: %s", json.dumps(metrics, sort_keys=True))
+        if metrics != leader:
+            self.log.info("Training metrics in the result: %s", json.dumps(metrics, sort_keys=True))
         return {**result, "metrics": metrics}
