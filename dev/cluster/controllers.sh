@@ -55,6 +55,13 @@ leaderElection:
   leaderElect: false
 certManagement:
   enable: false
+# The trainers' own progress reports (alpha): the status server, TLS with the cert it reads from the
+# fixed /tmp/k8s-webhook-server/serving-certs (training-operator's, see up.sh), checks each token's
+# audience and issuer by OIDC and writes status.trainerStatus.
+featureGates:
+  TrainJobStatus: true
+statusServer:
+  port: $DEVCLUSTER_TRAINER_STATUS_PORT
 EOF
   # Integrations: the kinds this provider submits, and JobSet (a TrainJob runs
   # as one). manageJobsWithoutQueueName=false: a job without the

@@ -40,9 +40,10 @@ for supervisor in "$PID_DIR"/*.supervisor.pid; do
   fi
   rm -f "$supervisor"
 done
-stop_group kueue trainer jobset mpi-operator training-operator node-runner kwok kube-scheduler kube-controller-manager
+stop_group kueue trainer issuer-proxy jobset mpi-operator training-operator node-runner kwok kube-scheduler kube-controller-manager
 stop_group kube-apiserver
 stop_group etcd
+rm -f "$TRAINER_ISSUER_TOKEN"
 # The executing node's network: its pods' namespaces (gone with the runner, unless it was killed),
 # the bridge, and the unreachable routes.
 for ns in $(ip netns list 2>/dev/null | awk '/^dtpod-/ {print $1}'); do ip netns delete "$ns" 2>/dev/null || true; done

@@ -32,6 +32,17 @@ DEVCLUSTER_JOBSET_HEALTH_PORT="${DEVCLUSTER_JOBSET_HEALTH_PORT:-18082}"
 DEVCLUSTER_JOBSET_WEBHOOK_PORT="${DEVCLUSTER_JOBSET_WEBHOOK_PORT:-19444}"
 DEVCLUSTER_TRAINER_HEALTH_PORT="${DEVCLUSTER_TRAINER_HEALTH_PORT:-18083}"
 DEVCLUSTER_TRAINER_WEBHOOK_PORT="${DEVCLUSTER_TRAINER_WEBHOOK_PORT:-19445}"
+# Trainer's status server (its TrainJobStatus gate: what trainers report becomes status.trainerStatus).
+# Trainer v2.3 binds it on every address of the host (":<port>", not configurable), as training-operator
+# does its webhook; the tests reach it on 127.0.0.1.
+DEVCLUSTER_TRAINER_STATUS_PORT="${DEVCLUSTER_TRAINER_STATUS_PORT:-19447}"
+# The loopback CONNECT proxy through which Trainer fetches the ServiceAccount issuer's OIDC discovery
+# document (issuer_proxy.py): the issuer, https://$SA_ISSUER_HOST, is a name the host does not resolve.
+DEVCLUSTER_ISSUER_PROXY_PORT="${DEVCLUSTER_ISSUER_PROXY_PORT:-18089}"
+SA_ISSUER_HOST=kubernetes.default.svc.cluster.local
+# Trainer reads its issuer from an in-cluster token at this fixed path (a token of its ServiceAccount,
+# for an audience nothing accepts: only its "iss" is read).
+TRAINER_ISSUER_TOKEN=/var/run/secrets/kubernetes.io/serviceaccount/token
 DEVCLUSTER_KUEUE_HEALTH_PORT="${DEVCLUSTER_KUEUE_HEALTH_PORT:-18084}"
 DEVCLUSTER_KUEUE_WEBHOOK_PORT="${DEVCLUSTER_KUEUE_WEBHOOK_PORT:-19446}"
 # mpi-operator's health server always listens on :8080 (not configurable).
@@ -48,7 +59,7 @@ component_version() {
     jobset) echo "$JOBSET_VERSION" ;;
     trainer) echo "$TRAINER_VERSION" ;;
     kueue) echo "$KUEUE_VERSION" ;;
-    node-runner) echo "local" ;;
+    node-runner|issuer-proxy) echo "local" ;;
     *) echo "unknown component $1" >&2; return 1 ;;
   esac
 }
@@ -56,7 +67,7 @@ component_version() {
 # The executing node's runner is Python (standard library only) run by the machine's interpreter.
 NODE_RUNNER_PYTHON=/usr/bin/python3
 component_bin() {
-  if [ "$1" = node-runner ]; then echo "$NODE_RUNNER_PYTHON"; else echo "$BIN_CACHE/$1-$(component_version "$1")"; fi
+  if [ "$1" = node-runner ] || [ "$1" = issuer-proxy ]; then echo "$NODE_RUNNER_PYTHON"; else echo "$BIN_CACHE/$1-$(component_version "$1")"; fi
 }
 
 ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok training-operator mpi-operator jobset trainer kueue)
@@ -78,7 +89,7 @@ log() { printf '%s %s\n' "[$(date +%H:%M:%S)]" "$*"; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Processes started by up.sh, in start order (down.sh stops them in reverse).
-PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok node-runner training-operator mpi-operator jobset trainer kueue)
+PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok node-runner training-operator mpi-operator jobset issuer-proxy trainer kueue)
 # kwok's two nodes and the executing node (dev/cluster/noderunner)
 NODE_COUNT=3
 EXEC_NODE=disttrain-exec-0

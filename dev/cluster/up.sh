@@ -49,6 +49,7 @@ for port in "$DEVCLUSTER_ETCD_PORT" "$DEVCLUSTER_ETCD_PEER_PORT" "$DEVCLUSTER_AP
             "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" "$MPI_OPERATOR_HEALTH_PORT" \
             "$DEVCLUSTER_JOBSET_HEALTH_PORT" "$DEVCLUSTER_JOBSET_WEBHOOK_PORT" \
             "$DEVCLUSTER_TRAINER_HEALTH_PORT" "$DEVCLUSTER_TRAINER_WEBHOOK_PORT" \
+            "$DEVCLUSTER_TRAINER_STATUS_PORT" "$DEVCLUSTER_ISSUER_PROXY_PORT" \
             "$DEVCLUSTER_KUEUE_HEALTH_PORT" "$DEVCLUSTER_KUEUE_WEBHOOK_PORT"; do
   if port_in_use "$port"; then busy+=("$port"); fi
 done
@@ -283,6 +284,14 @@ W="$PKI_DIR/training-operator-webhook"
   printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: training-operator-webhook-cert\n  namespace: kubeflow\ndata:\n'
   for k in ca.crt ca.key tls.crt tls.key; do printf '  %s: %s\n' "$k" "$(base64 -w0 <"$W/$k")"; done
   echo '---'
+  # Trainer's status server serves the cert of /tmp/k8s-webhook-server/serving-certs (a fixed path:
+  # training-operator's, below); its CA goes from this Secret into each TrainJob's <name>-tls-config
+  # ConfigMap (KUBEFLOW_TRAINER_SERVER_CA_CERT). The ServiceAccount's token tells Trainer the issuer.
+  printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kubeflow-system\n---\n'
+  printf 'apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: kubeflow-trainer-controller-manager\n  namespace: kubeflow-system\n---\n'
+  printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: kubeflow-trainer-webhook-cert\n  namespace: kubeflow-system\ndata:\n'
+  printf '  ca.crt: %s\n' "$(base64 -w0 <"$W/ca.crt")"
+  echo '---'
   cat "$CLUSTER_SRC_DIR/kwok/nodes.yaml"
 } | kc apply -f - >>"$LOG_DIR/apply.log" 2>&1 || { cat "$LOG_DIR/apply.log" >&2; die "applying namespaces/secret/nodes failed"; }
 # The rotator waits for the certificate at this fixed path (not configurable).
@@ -329,7 +338,13 @@ KUEUE_METRICS_CERT_DIR=/etc/kueue/metrics/certs
 render_controller_configs
 log "starting JobSet $JOBSET_VERSION, Kubeflow Trainer $TRAINER_VERSION and Kueue $KUEUE_VERSION"
 KUBECONFIG="$PKI_DIR/jobset.kubeconfig" start jobset --kubeconfig "$PKI_DIR/jobset.kubeconfig" --config "$DEVCLUSTER_DIR/jobset-config.yaml"
-TMPDIR="$TRAINER_TMPDIR" KUBECONFIG="$PKI_DIR/trainer.kubeconfig" start trainer --kubeconfig "$PKI_DIR/trainer.kubeconfig" --config "$DEVCLUSTER_DIR/trainer-config.yaml"
+# Trainer's status server (controllers.sh) reads the issuer from an in-cluster token and fetches its
+# discovery document through the issuer proxy (HTTPS_PROXY: Go proxies no request to 127.0.0.1).
+mkdir -p "$(dirname "$TRAINER_ISSUER_TOKEN")"
+kc -n kubeflow-system create token kubeflow-trainer-controller-manager --audience disttrain-devcluster-issuer \
+  --duration 24h >"$TRAINER_ISSUER_TOKEN" || die "cannot write Trainer's issuer token $TRAINER_ISSUER_TOKEN"
+start issuer-proxy "$CLUSTER_SRC_DIR/issuer_proxy.py" "$DEVCLUSTER_ISSUER_PROXY_PORT" "$SA_ISSUER_HOST" "$DEVCLUSTER_APISERVER_PORT"
+HTTPS_PROXY="http://127.0.0.1:$DEVCLUSTER_ISSUER_PROXY_PORT" TMPDIR="$TRAINER_TMPDIR" KUBECONFIG="$PKI_DIR/trainer.kubeconfig" start trainer --kubeconfig "$PKI_DIR/trainer.kubeconfig" --config "$DEVCLUSTER_DIR/trainer-config.yaml"
 KUBECONFIG="$PKI_DIR/kueue.kubeconfig" start kueue --kubeconfig "$PKI_DIR/kueue.kubeconfig" --config "$DEVCLUSTER_DIR/kueue-config.yaml"
 render_webhooks >"$DEVCLUSTER_DIR/webhooks.yaml" || die "rendering the webhook configurations failed"
 kc apply -f "$DEVCLUSTER_DIR/webhooks.yaml" >>"$LOG_DIR/apply.log" 2>&1 \
@@ -350,6 +365,7 @@ wait_for mpi-operator "mpi-operator workers started" log_has mpi-operator 'Start
 wait_for mpi-operator "mpi-operator /healthz" http_ok "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"
 wait_for jobset "JobSet controller /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"
 wait_for trainer "Trainer controller manager /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT/readyz"
+wait_for trainer "Trainer status server on :$DEVCLUSTER_TRAINER_STATUS_PORT" port_in_use "$DEVCLUSTER_TRAINER_STATUS_PORT"
 wait_for kueue "Kueue /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_KUEUE_HEALTH_PORT/readyz"
 
 # Trainer's ClusterTrainingRuntimes and Kueue's queues pass through their
