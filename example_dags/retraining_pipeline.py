@@ -21,6 +21,9 @@ Data-aware scheduling: the pipeline runs weekly *or* as soon as the separate ing
 as the ``CANDIDATE_MODEL`` Asset: its event's ``extra`` holds the job, its metrics and the model's URI,
 and ``disttrain_deploy_model``, scheduled on that Asset, starts from it alone.
 
+The training pods need no root: they meet the PodSecurity ``restricted`` profile (``TRAINER_POD``), so
+the job runs in a namespace labelled ``pod-security.kubernetes.io/enforce=restricted``.
+
 Point ``kubernetes_default`` at your cluster and build the image from ``training/pytorch/``.
 """
 
@@ -49,6 +52,29 @@ POD_SHARED = "/mnt/shared"
 SHARED_STORAGE = Path(os.environ.get("DISTTRAIN_SHARED_STORAGE", POD_SHARED))
 SHARED_VOLUME = {"name": "shared", "persistentVolumeClaim": {"claimName": "training-data"}}
 SHARED_MOUNT = {"name": "shared", "mountPath": POD_SHARED}
+# Training needs no root, so the pods run as the PodSecurity "restricted" profile asks: a non-root user
+# (the image names none, so the uid is given), the runtime's seccomp profile, no privilege escalation and
+# no capabilities. fsGroup: the kubelet gives the shared volume this group, group-writable, so the trainer
+# may write the model and checkpoints beside the dataset the Airflow worker wrote. It does so for the
+# volume types that let it manage ownership (a local volume; a CSI volume whose driver's fsGroupPolicy
+# allows it); on one that does not (NFS, hostPath), make the directories writable for this user yourself.
+TRAINER_POD = {
+    "spec": {
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "pytorch",
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+    }
+}
 MIN_ACCURACY = 0.80
 FEATURES = 8
 # What an ingestion DAG updates, and the models the training task writes (each run in its own directory).
@@ -114,6 +140,15 @@ def retraining_pipeline() -> None:
 
     train = PyTorchJobOperator(
         task_id="train",
+        # The pod templates' security settings; the parameters below fill in the rest of the job.
+        job_manifest={
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": TRAINER_POD},
+                    "Worker": {"template": TRAINER_POD},
+                }
+            }
+        },
         image=IMAGE,
         command=["python", "/workspace/train_ddp.py"],
         args=[

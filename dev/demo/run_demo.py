@@ -2,8 +2,9 @@
 
 Sets up a throwaway Airflow home (sqlite) under .airflow/demo, points the ``kubernetes_default``
 connection at .devcluster/kubeconfig with the namespace ``disttrain-demo``, which it steers to the
-cluster's executing node (where pods run: dev/cluster/README.md) and gives the ``training-data`` claim
-(a hostPath volume this machine's Airflow worker reads too). Then runs ``airflow dags test`` and prints
+cluster's executing node (where pods run: dev/cluster/README.md), labels to enforce the PodSecurity
+``restricted`` profile (the example's pods run as a non-root user) and gives the ``training-data`` claim
+(a local volume this machine's Airflow worker reads too). Then runs ``airflow dags test`` and prints
 the loss curve (from the Master's log, streamed into the task's log), the accuracy ``evaluate``
 computed from the model file, where the promoted model is, and each task's state.
 """
@@ -26,7 +27,9 @@ STILL_SIMULATED = (
     "training itself (three processes in their own network namespaces, PyTorch DDP over gloo, on CPU) are real. "
     "Standing in: the node is a process runner, not a kubelet with a container runtime (no images: the pods run "
     "the host's files, with torch from a venv); the GPUs are declared, not present; names resolve through "
-    "per-pod hosts files (no DNS server, no kube-proxy). See dev/cluster/README.md."
+    "per-pod hosts files (no DNS server, no kube-proxy); of the pods' security context the node applies the "
+    "user, groups, fsGroup and no_new_privs, not seccomp (the PodSecurity admission is the API server's). "
+    "See dev/cluster/README.md."
 )
 EPOCH_LINE = re.compile(r"epoch=(\d+) loss=([0-9.]+) accuracy=([0-9.]+)")
 HELD_OUT = re.compile(r"held-out accuracy=([0-9.]+) on (\d+) rows")
@@ -55,9 +58,10 @@ def demo_environment() -> dict[str, str]:
     }
 
 
-def prepare_cluster(kubeconfig: str) -> None:
-    """The demo's namespace: steered to the executing node, with the ``training-data`` claim."""
-    from cluster_setup import ensure_training_volume, steer_to_executing_node
+def prepare_cluster(kubeconfig: str) -> str:
+    """The demo's namespace: steered to the executing node, enforcing ``restricted``, with the
+    ``training-data`` claim."""
+    from cluster_setup import enforce_restricted, ensure_training_volume, steer_to_executing_node
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
@@ -68,7 +72,10 @@ def prepare_cluster(kubeconfig: str) -> None:
         if error.status != 409:
             raise
     steer_to_executing_node(client.CoreV1Api(api), NAMESPACE)
+    enforce_restricted(client.CoreV1Api(api), NAMESPACE)
     ensure_training_volume(api, NAMESPACE)
+    labels = client.CoreV1Api(api).read_namespace(NAMESPACE).metadata.labels or {}
+    return str(labels.get("pod-security.kubernetes.io/enforce"))
 
 
 def run(
@@ -92,17 +99,19 @@ with create_session() as session:
     run = session.query(DagRun).filter(DagRun.dag_id == sys.argv[1]).order_by(DagRun.id.desc()).first()
     tis = session.query(TaskInstance).filter(TaskInstance.dag_id == run.dag_id, TaskInstance.run_id == run.run_id)
     tasks = {ti.task_id: str(ti.state) for ti in tis}
-    xcom = session.query(XComModel).filter(XComModel.dag_id == run.dag_id, XComModel.run_id == run.run_id,
-                                           XComModel.task_id == "train", XComModel.key == "return_value").first()
+    def returned(task_id):
+        xcom = session.query(XComModel).filter(XComModel.dag_id == run.dag_id, XComModel.run_id == run.run_id,
+                                               XComModel.task_id == task_id, XComModel.key == "return_value").first()
+        return XComModel.deserialize_value(xcom) if xcom else None
     print(json.dumps({"run_id": run.run_id, "state": str(run.state), "tasks": tasks,
-                      "train": XComModel.deserialize_value(xcom) if xcom else None}))
+                      "train": returned("train"), "data": returned("prepare_data")}))
 """
 
 
 def main() -> None:
     started = time.monotonic()
     env = demo_environment()
-    prepare_cluster(json.loads(env["AIRFLOW_CONN_KUBERNETES_DEFAULT"])["extra"]["kube_config_path"])
+    pod_security = prepare_cluster(json.loads(env["AIRFLOW_CONN_KUBERNETES_DEFAULT"])["extra"]["kube_config_path"])
     run([sys.executable, "-m", "airflow", "db", "migrate"], env, quiet=True, label="airflow db migrate")
     test = run(
         [sys.executable, "-m", "airflow", "dags", "test", DAG_ID], env, quiet=True, label=f"airflow dags test {DAG_ID}"
@@ -144,6 +153,13 @@ def main() -> None:
         print(f"Promoted model: {promoted} (record: {promoted.with_name('PROMOTED.json')})")
     else:
         print("The model was not promoted (see evaluate's log)")
+    data = summary["data"] if isinstance(summary["data"], dict) else json.loads(summary["data"] or "{}")
+    trained = shared_storage(NAMESPACE) / "models" / data.get("run", "") / "model.json"
+    if trained.is_file():
+        print(
+            f"Pod security: {NAMESPACE} enforces the PodSecurity {pod_security} profile; the trainer wrote "
+            f"{trained} as uid {trained.stat().st_uid}, gid {trained.stat().st_gid}"
+        )
     print(STILL_SIMULATED)
     print(f"Demo finished in {time.monotonic() - started:.0f}s")
     if summary["state"] != "success" or not epochs:

@@ -2,13 +2,13 @@
 training task submitted by a LocalExecutor worker, deferred to the triggerer, resumed, and the run
 ends in success; the triggerer's progress lines are in the task's log, the leader's metrics in XCom.
 
-The job trains for real on the cluster's executing node: for this test only, the deployment's
-namespace is steered there (dev/demo/cluster_setup.py); the workers see the shared volume at
-DISTTRAIN_SHARED_STORAGE (dev/airflow/lib.sh)."""
+The job trains for real on the cluster's executing node, under the PodSecurity ``restricted`` profile:
+for this test only, the deployment's namespace is steered there and labelled to enforce ``restricted``
+(dev/demo/cluster_setup.py; the deployment's other tests run root pods there, the MPI example's among
+them); the workers see the shared volume at DISTTRAIN_SHARED_STORAGE (dev/airflow/lib.sh)."""
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -18,10 +18,17 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.airflow_rest import AirflowRest, wait_until
-from tests.e2e.conftest import DEVCLUSTER_DIR, Cluster
+from tests.e2e.conftest import DEVCLUSTER_DIR, NAMESPACE, Cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "demo"))
-from cluster_setup import NODE_SELECTOR_ANNOTATION, TOLERATIONS_ANNOTATION, steer_to_executing_node
+from cluster_setup import (
+    NODE_SELECTOR_ANNOTATION,
+    RESTRICTED_LABELS,
+    TOLERATIONS_ANNOTATION,
+    enforce_restricted,
+    shared_storage,
+    steer_to_executing_node,
+)
 
 DAG_ID = "disttrain_retraining_pipeline"
 TRIGGER_CLASSPATH = "airflow_provider_disttrain.triggers.training_job.TrainingJobTrigger"
@@ -29,24 +36,26 @@ NAMESPACE_PATTERN = r"[a-z0-9-]+"
 
 
 @pytest.fixture
-def on_executing_node(cluster: Cluster) -> Iterator[None]:
-    """The deployment's namespace steered to the executing node while this test runs (its other tests'
-    jobs stay on kwok's nodes)."""
+def on_executing_node(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """The deployment's namespace steered to the executing node and enforcing ``restricted`` while this
+    test runs (its other tests' jobs stay on kwok's nodes, some as root); yields the namespace's labels."""
     from kubernetes import client, config
 
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(DEVCLUSTER_DIR / "kubeconfig")))
-    namespace = os.environ.get("DEVAIRFLOW_NAMESPACE", "disttrain-airflow")
-    steer_to_executing_node(core, namespace)
-    yield
+    steer_to_executing_node(core, NAMESPACE)
+    enforce_restricted(core, NAMESPACE)
+    yield core.read_namespace(NAMESPACE).metadata.labels
+    enforce_restricted(core, NAMESPACE, enforce=False)
     core.patch_namespace(
-        namespace, {"metadata": {"annotations": {NODE_SELECTOR_ANNOTATION: None, TOLERATIONS_ANNOTATION: None}}}
+        NAMESPACE, {"metadata": {"annotations": {NODE_SELECTOR_ANNOTATION: None, TOLERATIONS_ANNOTATION: None}}}
     )
 
 
 def test_retraining_pipeline_runs_to_success_through_the_triggerer(
-    e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster, on_executing_node: None
+    e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster, on_executing_node: dict[str, str]
 ) -> None:
     airflow = e2e_dags
+    assert RESTRICTED_LABELS.items() <= on_executing_node.items()  # PodSecurity admits only restricted pods
     wait_until(lambda: airflow.dag_exists(DAG_ID), 120, f"the dag-processor to parse {DAG_ID}")
     airflow.unpause(DAG_ID)
 
@@ -87,6 +96,10 @@ def test_retraining_pipeline_runs_to_success_through_the_triggerer(
     assert (result["name"], result["state"]) == (job_name, "succeeded")
     # train_ddp.py's metrics from the Master's termination message (evaluate computed its own too).
     assert result["metrics"]["world_size"] == 3 and result["metrics"]["accuracy"] > 0.9
+    # The Master wrote the model as the example's non-root user (the Airflow worker wrote the dataset as root).
+    run_dir = airflow.xcom(DAG_ID, run_id, "prepare_data")["run"]
+    model = shared_storage(NAMESPACE) / "models" / run_dir / "model.json"
+    assert (model.stat().st_uid, model.stat().st_gid) == (1000, 1000)
     # The example deletes its job once it succeeded (CleanupPolicy(on_finish="succeeded")).
     wait_until(lambda: not cluster.jobs(DAG_ID, run_id), 30, f"{job_name} to be deleted after success")
 

@@ -17,9 +17,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "demo"))
 
-from cluster_setup import ensure_training_volume, shared_storage, steer_to_executing_node
+from cluster_setup import EXEC_NODE, enforce_restricted, ensure_training_volume, shared_storage, steer_to_executing_node
 
-EXEC_NODE = "disttrain-exec-0"
 __all__ = [
     "EXEC_NODE",
     "RESTRICTED_CONTAINER_SECURITY",
@@ -34,23 +33,15 @@ __all__ = [
 
 # What the PodSecurity "restricted" profile asks of a pod and of each of its containers. The user id is
 # explicit: runAsNonRoot alone needs an image that names a non-root user, and this node has no images.
+# fsGroup makes the training-data volume (a local PersistentVolume) writable by that user.
 RESTRICTED_POD_SECURITY: dict[str, Any] = {
     "runAsNonRoot": True,
     "runAsUser": 1000,
     "runAsGroup": 1000,
+    "fsGroup": 1000,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
-def enforce_restricted(core_v1: Any, namespace: str) -> None:
-    """The API server's PodSecurity admission (on by default) refuses every pod of ``namespace`` that does
-    not meet the ``restricted`` profile, those the Kubeflow operators create included."""
-    labels = {
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-    }
-    core_v1.patch_namespace(namespace, {"metadata": {"labels": labels}})
 
 
 def wait_for_pod(

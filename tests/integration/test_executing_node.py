@@ -283,3 +283,76 @@ def test_a_container_over_its_memory_limit_is_oom_killed(core, executing):
     done = wait_for_pod(core, executing, "hog", finished, 60, "the pod to finish")
     terminated = done.status.container_statuses[0].state.terminated
     assert (done.status.phase, terminated.exit_code, terminated.reason) == ("Failed", 137, "OOMKilled")
+
+
+def test_fs_group_makes_a_local_volume_writable_for_a_non_root_user_but_not_a_host_path(
+    admin_api, core, executing, tmp_path: Path
+):
+    """As the kubelet: ``fsGroup`` gives a local PersistentVolume (what root prepared in it included) the
+    group, group-writable, with setgid directories; a hostPath volume keeps its owner and mode. And
+    ``allowPrivilegeEscalation: false`` is the process's no_new_privs."""
+    import shutil
+
+    from tests.integration.executing_node import ensure_training_volume, shared_storage
+
+    ensure_training_volume(admin_api, executing)
+    storage = shared_storage(executing)
+    (storage / "datasets").mkdir(mode=0o755)  # as the Airflow worker (root) writes a dataset
+    (storage / "datasets" / "train.csv").write_text("x\n")
+    host_dir = tmp_path / "host"
+    host_dir.mkdir(mode=0o755)
+    script = """
+        import json, os
+        def write(path):
+            try:
+                with open(path, "w") as file:
+                    file.write("written")
+                return "ok"
+            except OSError as error:
+                return error.strerror
+        os.makedirs("/data/models/run-1")
+        status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines())
+        print(json.dumps({
+            "ids": [os.getuid(), os.getgid(), 2000 in os.getgroups()],
+            "beside_dataset": write("/data/datasets/scores.csv"),
+            "model": write("/data/models/run-1/model.json"),
+            "host_path": write("/host/out.txt"),
+            "no_new_privs": status["NoNewPrivs"].strip(),
+        }))
+    """
+    pod = python_pod(
+        "fsgroup",
+        script,
+        securityContext={"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 2000},
+        volumes=[
+            {"name": "data", "persistentVolumeClaim": {"claimName": "training-data"}},
+            {"name": "host", "hostPath": {"path": str(host_dir), "type": "Directory"}},
+        ],
+        container={
+            "securityContext": {"allowPrivilegeEscalation": False},
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "host", "mountPath": "/host"}],
+        },
+    )
+    try:
+        core.create_namespaced_pod(executing, pod)
+        done = wait_for_pod(core, executing, "fsgroup", finished, 60, "the pod to finish")
+        assert done.status.phase == "Succeeded", logs(core, executing, "fsgroup")
+        report = json.loads(logs(core, executing, "fsgroup").strip().splitlines()[-1])
+        assert report == {
+            "ids": [1000, 1000, True],  # fsGroup is a supplementary group
+            "beside_dataset": "ok",
+            "model": "ok",
+            "host_path": "Permission denied",
+            "no_new_privs": "1",
+        }
+        for path in (storage, storage / "datasets"):  # what was there: the group's, group-writable, setgid
+            info = path.stat()
+            assert (info.st_gid, info.st_mode & 0o2070) == (2000, 0o2070), path
+        assert (storage / "datasets" / "train.csv").stat().st_gid == 2000  # root's file, now the group's
+        # What the pod created inherits the group from the setgid directory (its mode is its umask's).
+        assert ((storage / "models").stat().st_gid, (storage / "models").stat().st_mode & 0o2000) == (2000, 0o2000)
+        model = (storage / "models" / "run-1" / "model.json").stat()
+        assert (model.st_uid, model.st_gid) == (1000, 2000)
+        assert (host_dir.stat().st_gid, host_dir.stat().st_mode & 0o7777) == (0, 0o755)
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)

@@ -4,7 +4,8 @@ injected (MASTER_ADDR = the Master's Service name, resolved by the node to the M
 
 PyTorch training needs no root: every namespace here enforces the PodSecurity ``restricted`` profile,
 so the pods run as a non-root user, without privilege escalation or capabilities, with the runtime's
-seccomp profile, and keep their data on a PersistentVolumeClaim (the profile admits no hostPath volume).
+seccomp profile, and keep their data on a PersistentVolumeClaim (the profile admits no hostPath volume)
+bound to a local PersistentVolume, which their ``fsGroup`` makes theirs to write.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.integration.executing_node import (
     enforce_restricted,
     ensure_training_volume,
     shared_storage,
+    wait_for_pod,
 )
 
 TIMEOUT = 240
@@ -43,12 +45,10 @@ def restricted(admin_api: Any, executing: str) -> str:
 
 @pytest.fixture
 def storage(admin_api: Any, restricted: str) -> Iterator[Path]:
-    """The directory behind the namespace's ``training-data`` claim (a hostPath PersistentVolume), which the
-    pods' non-root user may write."""
+    """The directory behind the namespace's ``training-data`` claim (a local PersistentVolume), which the
+    pods' non-root user may write: the node gives it the pods' ``fsGroup``."""
     ensure_training_volume(admin_api, restricted)
     directory = shared_storage(restricted)
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o777)
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
 
@@ -237,6 +237,17 @@ def test_a_worker_killed_mid_training_is_restarted_and_the_training_resumes_from
         time.sleep(0.3)
     worker = core.read_namespaced_pod("faulty-worker-1", restricted).status.container_statuses[0]
     os.kill(int(worker.container_id.removeprefix("noderunner://")), signal.SIGKILL)
+    # The node reports the kill (the restarted process may fail again a moment later, when the other ranks'
+    # collectives fail and they restart: its lastState then says exit code 1).
+    killed = wait_for_pod(
+        core,
+        restricted,
+        "faulty-worker-1",
+        lambda pod: pod.status.container_statuses[0].restart_count > worker.restart_count,
+        60,
+        "the killed worker to be restarted",
+    )
+    assert killed.status.container_statuses[0].last_state.terminated.exit_code == 137
 
     def succeeded() -> bool:
         found = jobs.get("pytorchjobs", restricted, "faulty") or {}
@@ -248,7 +259,6 @@ def test_a_worker_killed_mid_training_is_restarted_and_the_training_resumes_from
     jobs.wait_for(succeeded, TIMEOUT, "the job to succeed after the restart")
     restarted = core.read_namespaced_pod("faulty-worker-1", restricted).status.container_statuses[0]
     assert restarted.restart_count >= 1
-    assert restarted.last_state.terminated.exit_code == 137
     log = pod_log(core, restricted, "faulty-master-0")
     resumed = re.search(r"resumed from epoch (\d+)", log)
     assert resumed, log

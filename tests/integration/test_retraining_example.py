@@ -1,9 +1,10 @@
 """The retraining example (example_dags/retraining_pipeline.py) for real on the executing node: the
 prepared dataset reaches the pods through the shared volume, train_ddp.py learns on it across Master +
 2 Workers, ``evaluate`` computes the held-out accuracy from the model file training wrote, and
-``promote_model`` copies that model to production. Only the set-up is the test's: a namespace steered to
-the executing node, the ``training-data`` claim bound to a hostPath volume, and where the Airflow worker
-sees that volume (``DISTTRAIN_SHARED_STORAGE``)."""
+``promote_model`` copies that model to production. The namespace enforces the PodSecurity ``restricted``
+profile: the example's pods run as a non-root user. Only the set-up is the test's: a namespace steered to
+the executing node and labelled ``restricted``, the ``training-data`` claim bound to a local volume, and
+where the Airflow worker sees that volume (``DISTTRAIN_SHARED_STORAGE``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev" / "demo"))
 
-from cluster_setup import ensure_training_volume, shared_storage  # noqa: E402
+from cluster_setup import RESTRICTED_LABELS, enforce_restricted, ensure_training_volume, shared_storage  # noqa: E402
 
 from tests.integration.executing_node import steer_to_executing_node  # noqa: E402
 
@@ -30,10 +31,12 @@ def example_dag(airflow_db: Path, admin_api: Any, namespace: str, monkeypatch: p
     from airflow.dag_processing.dagbag import DagBag
     from kubernetes import client
 
-    steer_to_executing_node(client.CoreV1Api(admin_api), namespace)
+    core = client.CoreV1Api(admin_api)
+    steer_to_executing_node(core, namespace)
+    enforce_restricted(core, namespace)
+    shutil.rmtree(shared_storage(namespace), ignore_errors=True)
     ensure_training_volume(admin_api, namespace)
     storage = shared_storage(namespace)
-    shutil.rmtree(storage, ignore_errors=True)
     monkeypatch.setenv("DISTTRAIN_SHARED_STORAGE", str(storage))
     # The demo and the test run the pods on this machine: the image is the executing node's stand-in.
     monkeypatch.setenv("DISTTRAIN_PYTORCH_IMAGE", "disttrain-pytorch:local")
@@ -45,8 +48,13 @@ def example_dag(airflow_db: Path, admin_api: Any, namespace: str, monkeypatch: p
     return bag.get_dag(DAG_ID)
 
 
-def test_the_example_trains_for_real_evaluates_the_model_it_wrote_and_promotes_it(example_dag, namespace):
+def test_the_example_trains_for_real_evaluates_the_model_it_wrote_and_promotes_it(example_dag, namespace, admin_api):
+    from kubernetes import client
+
     from tests.integration.conftest import DagRunResult
+
+    labels = client.CoreV1Api(admin_api).read_namespace(namespace).metadata.labels
+    assert RESTRICTED_LABELS.items() <= labels.items()  # PodSecurity admits only restricted pods
 
     result = DagRunResult(example_dag.test(logical_date=None))
 
@@ -63,6 +71,8 @@ def test_the_example_trains_for_real_evaluates_the_model_it_wrote_and_promotes_i
     assert (production / "model.json").read_text() == (trained / "model.json").read_text()
     assert json.loads((production / "PROMOTED.json").read_text())["run"] == data["run"]
     assert (storage / "checkpoints" / data["run"] / "train" / "checkpoint.pt").exists()
+    # The trainer wrote as the example's non-root user, into what the Airflow worker (root) prepared.
+    assert {(path.stat().st_uid, path.stat().st_gid) for path in trained.iterdir()} == {(1000, 1000)}
 
     # Negative controls, through the example's own evaluate: an untrained and a corrupted model file.
     evaluate = example_dag.get_task("evaluate").python_callable

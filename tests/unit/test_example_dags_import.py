@@ -99,3 +99,25 @@ def test_the_deployment_decides_from_the_training_tasks_asset_event_alone() -> N
     assert held["decision"] == "hold"
     by_hand = SimpleNamespace(extra={}, source_run_id=None)
     assert deploy.python_callable(triggering_asset_events={model: [by_hand]})["decision"] == "hold"
+
+
+def test_the_retraining_examples_pods_meet_the_restricted_pod_security_profile() -> None:
+    """What PodSecurity ``restricted`` checks, on the job the example builds (the training-operator's own
+    init container is the cluster's: dev/cluster/pytorch-init-container.yaml)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    train = DagBag(str(EXAMPLES_DIR)).dags["disttrain_retraining_pipeline"].get_task("train")
+    replicas = train.assemble_manifest()["spec"]["pytorchReplicaSpecs"]
+
+    assert {name: replica["replicas"] for name, replica in replicas.items()} == {"Master": 1, "Worker": 2}
+    for replica in replicas.values():
+        pod = replica["template"]["spec"]
+        security = pod["securityContext"]
+        assert security["runAsNonRoot"] is True and security["runAsUser"] != 0
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert "fsGroup" in security  # the shared volume writable for that user
+        assert not [volume for volume in pod["volumes"] if "hostPath" in volume]
+        [container] = pod["containers"]
+        assert container["image"] == train.image
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/mnt/shared", "/dev/shm"}

@@ -1,7 +1,8 @@
 """The first program of every container: run inside the pod's network namespace and new mount and UTS
 namespaces (``nsenter --net=... unshare --uts --mount``), it joins the container's memory cgroup, sets
 the hostname, bind-mounts the volumes and the pod's /etc files, drops to ``runAsUser``/``runAsGroup``
-and execs the container's command, so the command is the process the runner started.
+(and sets no_new_privs for ``allowPrivilegeEscalation: false``) and execs the container's command, so
+the command is the process the runner started.
 
 Usage: ``python3 container_init.py SPEC.json`` (written by ``process.py``). A failure before the
 command starts is written to ``spec["start_error_file"]`` and the program exits 128, which the
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
+PR_SET_NO_NEW_PRIVS = 38
 LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -56,6 +58,12 @@ def start(spec: dict[str, Any]) -> None:
         os.setgid(spec["gid"])
     if spec.get("uid") is not None:
         os.setuid(spec["uid"])
+    # allowPrivilegeEscalation: false is the runtime's no_new_privs: no setuid binary or file capability
+    # gives the command or its children more privileges than it has.
+    no_new_privs = [ctypes.c_ulong(value) for value in (PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)]
+    if spec.get("no_new_privs") and LIBC.prctl(*no_new_privs) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(errno)}")
     workdir = spec.get("workdir") or "/"
     os.makedirs(workdir, exist_ok=True)
     os.chdir(workdir)

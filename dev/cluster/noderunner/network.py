@@ -51,7 +51,7 @@ def remove_stale_namespaces() -> None:
     for line in ip("netns", "list").stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
         if name.startswith(NETNS_PREFIX):
-            ip("netns", "delete", name, check=False)
+            delete_pod_network(name)
 
 
 class AddressPool:
@@ -73,17 +73,25 @@ class AddressPool:
             self.free.sort(key=ipaddress.IPv4Address)
 
 
+def host_end(netns: str) -> str:
+    """The bridge's end of the pod's veth pair."""
+    return "dtv" + netns[len(NETNS_PREFIX) :][:10]
+
+
 def create_pod_network(netns: str, address: str, config: NetworkConfig) -> None:
     """``netns`` with ``lo`` up and ``eth0`` at ``address`` (a veth whose host end is on the bridge)."""
-    host_end = "dtv" + netns[len(NETNS_PREFIX) :][:10]
+    host_end_name = host_end(netns)
     ip("netns", "add", netns)
-    ip("link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", netns)
-    ip("link", "set", host_end, "master", BRIDGE, "up")
+    ip("link", "add", host_end_name, "type", "veth", "peer", "name", "eth0", "netns", netns)
+    ip("link", "set", host_end_name, "master", BRIDGE, "up")
     ip("-n", netns, "addr", "add", f"{address}/{config.network.prefixlen}", "dev", "eth0")
     ip("-n", netns, "link", "set", "eth0", "up")
     ip("-n", netns, "link", "set", "lo", "up")
 
 
 def delete_pod_network(netns: str) -> None:
-    """Deleting the namespace deletes its veth end, and with it the host end."""
+    """The veth pair first, then the namespace. Deleting the pair takes the pod's address off the bridge at
+    once; the kernel tears a deleted namespace down later (asynchronously, seconds under load), and until
+    then its eth0 would still answer for an address the node may already have given to a new pod."""
+    ip("link", "delete", host_end(netns), check=False)
     ip("netns", "delete", netns, check=False)

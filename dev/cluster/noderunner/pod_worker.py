@@ -27,7 +27,7 @@ from .hosts import hosts_file, resolv_conf
 from .kube import MERGE_PATCH, ApiClient, ApiError
 from .network import AddressPool, NetworkConfig
 from .process import ContainerProcess, Launch, start, timestamp
-from .volumes import VolumeNotReady, prepare_volumes
+from .volumes import NodeMounts, PodVolumes, VolumeNotReady, prepare_volumes, set_volume_ownership
 
 log = logging.getLogger("noderunner.pod")
 TERMINAL = ("Succeeded", "Failed")
@@ -53,6 +53,7 @@ class NodeContext:
     backoff_seconds: float
     max_backoff_seconds: float
     hosts_changed: Callable[[], None]
+    mounts: NodeMounts = field(default_factory=NodeMounts)  # which pods have each local volume mounted
 
 
 @dataclass
@@ -106,6 +107,7 @@ class PodWorker(threading.Thread):
         self.vanished = threading.Event()
         self.changed = threading.Event()
         self.volumes: dict[str, str] = {}
+        self.pod_volumes = PodVolumes()
         self.hostname = pod["spec"].get("hostname") or self.pod_name[:63]
         self.pod_reason: str | None = None
         self.pod_message: str | None = None
@@ -172,14 +174,18 @@ class PodWorker(threading.Thread):
         self._create_sandbox()
         while not self.deleting:
             try:
-                self.volumes = prepare_volumes(self._pod_with_address(), self.pod_dir, self._get, self._token)
+                self.pod_volumes = prepare_volumes(self._pod_with_address(), self.pod_dir, self._get, self._token)
+                self.volumes = self.pod_volumes.paths
                 break
             except VolumeNotReady as error:
                 self._set_waiting_all("ContainerCreating", str(error))
                 self._report()
                 self.changed.wait(1)
                 self.changed.clear()
-        self._apply_fs_group()
+        # Which local volumes this pod is the first on the node to mount (released with the sandbox).
+        mounts = self.context.mounts
+        first_mounts = {name: mounts.mount(self.volumes[name], self.uid) for name in self.pod_volumes.local}
+        self._apply_fs_group(first_mounts)
         restart_policy = self.pod["spec"].get("restartPolicy", "Always")
         for container in self.init_containers:
             while not self.deleting:
@@ -411,20 +417,19 @@ class PodWorker(threading.Thread):
             memory_limit=limits.get("memory"),
             run_dir=run_dir,
             log_file=log_file,
+            no_new_privs=(spec.get("securityContext") or {}).get("allowPrivilegeEscalation") is False,
         )
 
-    def _apply_fs_group(self) -> None:
-        """``fsGroup``: the pod's own volumes belong to that group and are group-writable."""
-        group = (self.pod["spec"].get("securityContext") or {}).get("fsGroup")
+    def _apply_fs_group(self, first_mounts: dict[str, bool]) -> None:
+        """``fsGroup``: the volumes whose plugin manages ownership get that group, group-writable (the
+        kubelet's SetVolumeOwnership); a local PersistentVolume only at its first mount on the node."""
+        security = self.pod["spec"].get("securityContext") or {}
+        group = security.get("fsGroup")
         if group is None:
             return
-        for volume in self.pod["spec"].get("volumes") or []:
-            path = Path(self.volumes.get(volume["name"], ""))
-            if path.is_relative_to(self.pod_dir):
-                for root, dirs, files in os.walk(path):
-                    for entry in [root, *(os.path.join(root, name) for name in [*dirs, *files])]:
-                        os.chown(entry, -1, group)
-                        os.chmod(entry, os.stat(entry).st_mode | 0o060 | (0o2000 if os.path.isdir(entry) else 0))
+        for name, read_only in self.pod_volumes.managed.items():
+            if first_mounts.get(name, True):
+                set_volume_ownership(Path(self.volumes[name]), group, read_only, security.get("fsGroupChangePolicy"))
 
     # -------------------------------------------------------------------------------------- sandbox
     def _create_sandbox(self) -> None:
@@ -440,6 +445,7 @@ class PodWorker(threading.Thread):
         self._report()
 
     def _remove_sandbox(self) -> None:
+        self.context.mounts.unmount_all(self.uid)  # a finished pod's volumes are unmounted
         if self.address is None:
             return
         network.delete_pod_network(self.netns)

@@ -49,6 +49,7 @@ class Launch:
     memory_limit: str | None
     run_dir: Path  # this run's files: spec, start error, termination message, log
     log_file: Path
+    no_new_privs: bool = False  # allowPrivilegeEscalation: false
 
 
 @dataclass
@@ -151,6 +152,7 @@ def start(launch: Launch) -> ContainerProcess:
         "uid": launch.uid,
         "gid": launch.gid,
         "groups": launch.groups,
+        "no_new_privs": launch.no_new_privs,
         "cgroup": str(cgroup) if cgroup else None,
         "start_error_file": str(launch.run_dir / "start-error"),
     }

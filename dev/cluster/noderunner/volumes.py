@@ -7,14 +7,23 @@
 * ``hostPath``: the path itself (``DirectoryOrCreate``/``FileOrCreate`` create it);
 * ``persistentVolumeClaim``: the bound PersistentVolume's ``hostPath`` or ``local`` path; until the
   claim is bound the pod waits in ``ContainerCreating``, as on a real node.
+
+``fsGroup`` (the pod's ``securityContext``) then gives a volume that group, as the kubelet's
+``SetVolumeOwnership`` does (pkg/volume/volume_linux.go), for the volume types whose plugin manages
+ownership: emptyDir, configMap, secret, downwardAPI, projected and a ``local`` PersistentVolume, not
+``hostPath`` (a hostPath volume or PersistentVolume keeps its owner and mode on a real node too).
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import shutil
+import stat
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +35,95 @@ Getter = Callable[[str], "dict[str, Any] | None"]
 TokenRequester = Callable[[str, str, "str | None", int, dict[str, Any]], str]
 
 
+log = logging.getLogger("noderunner.volumes")
+# The kubelet's masks (pkg/volume/volume_linux.go): group read-write (read-only for a read-only volume),
+# and for a directory also group search and the setgid bit, so that what is created in it gets the group.
+RW_MASK, RO_MASK, EXEC_MASK = 0o660, 0o440, 0o110
+EMPTY_DIR_MODE = 0o777  # the kubelet's emptyDir directory (pkg/volume/emptydir: perm)
+
+
 class VolumeNotReady(Exception):
     """The pod cannot start yet (e.g. its PersistentVolumeClaim is not bound); the message says why."""
+
+
+@dataclass
+class PodVolumes:
+    """A pod's volumes on this node."""
+
+    paths: dict[str, str] = field(default_factory=dict)
+    """Volume name -> the host path the containers' mounts bind."""
+    managed: dict[str, bool] = field(default_factory=dict)
+    """Volume name -> read-only, for the volumes whose ownership ``fsGroup`` sets (the plugin's ``Managed``)."""
+    local: set[str] = field(default_factory=set)
+    """Those of ``managed`` that are ``local`` PersistentVolumes: node-wide, other pods may have them mounted."""
+
+
+class NodeMounts:
+    """Which of the node's pods have each ``local`` PersistentVolume mounted. The kubelet's local volume
+    plugin sets the volume's ownership only at its first mount on the node, when no other pod's mount
+    refers to it (pkg/volume/local: ``SetUpAt``), so a pod starting beside running ones does not walk
+    the volume under their feet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pods: dict[str, set[str]] = {}
+
+    def mount(self, path: str, pod_uid: str) -> bool:
+        """Record the pod's mount of ``path``; True when no other pod has it mounted."""
+        with self._lock:
+            pods = self._pods.setdefault(path, set())
+            first = not (pods - {pod_uid})
+            pods.add(pod_uid)
+            return first
+
+    def unmount_all(self, pod_uid: str) -> None:
+        with self._lock:
+            for path in list(self._pods):
+                self._pods[path].discard(pod_uid)
+                if not self._pods[path]:
+                    del self._pods[path]
+
+
+def _needs_ownership_change(root: Path, group: int, read_only: bool) -> bool:
+    """``fsGroupChangePolicy: OnRootMismatch``: whether the volume's root lacks the group, its bits or setgid."""
+    try:
+        info = os.stat(root)
+    except OSError:
+        return True
+    if info.st_gid != group or not stat.S_ISDIR(info.st_mode):
+        return True
+    wanted = (RO_MASK if read_only else RW_MASK) | EXEC_MASK
+    return (info.st_mode & wanted) != wanted or not info.st_mode & stat.S_ISGID
+
+
+def set_volume_ownership(root: Path, group: int, read_only: bool, change_policy: str | None) -> None:
+    """What the kubelet's ``SetVolumeOwnership`` does: every file and directory of the volume gets the
+    group ``fsGroup`` (``lchown``) and group read-write (read for a read-only volume); directories also
+    group search and setgid. Symbolic links are not followed and keep their mode. With
+    ``fsGroupChangePolicy: OnRootMismatch`` nothing is walked when the root is already right.
+
+    A file removed while the walk runs is skipped (the kubelet's walk would fail the mount and retry)."""
+    if change_policy == "OnRootMismatch" and not _needs_ownership_change(root, group, read_only):
+        return
+    for directory, dirs, files in os.walk(root, topdown=False):
+        for entry in [*(os.path.join(directory, name) for name in [*files, *dirs]), directory]:
+            try:
+                info = os.lstat(entry)
+            except FileNotFoundError:
+                continue
+            try:
+                os.lchown(entry, -1, group)
+            except OSError as error:  # logged and passed over, as the kubelet does
+                log.warning("fsGroup: lchown %s: %s", entry, error)
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            mask = RO_MASK if read_only else RW_MASK
+            if stat.S_ISDIR(info.st_mode):
+                mask |= stat.S_ISGID | EXEC_MASK
+            try:
+                os.chmod(entry, stat.S_IMODE(info.st_mode) | mask)
+            except OSError as error:
+                log.warning("fsGroup: chmod %s: %s", entry, error)
 
 
 def _write_files(directory: Path, files: dict[str, bytes], modes: dict[str, int], default_mode: int) -> None:
@@ -117,7 +213,22 @@ def _projected(
     return files, modes
 
 
-def _claimed_path(get: Getter, namespace: str, claim: str) -> str:
+def _host_path(source: dict[str, Any]) -> Path:
+    """A hostPath source's path, created or checked as its ``type`` says."""
+    host_path = Path(source["path"])
+    kind = source.get("type", "")
+    if kind == "DirectoryOrCreate":
+        host_path.mkdir(parents=True, exist_ok=True)
+    elif kind == "FileOrCreate" and not host_path.exists():
+        host_path.parent.mkdir(parents=True, exist_ok=True)
+        host_path.touch()
+    elif not host_path.exists() and kind:
+        raise VolumeNotReady(f"hostPath {host_path} does not exist (type {kind})")
+    return host_path
+
+
+def _claimed_path(get: Getter, namespace: str, claim: str) -> tuple[str, bool]:
+    """The host path of the PersistentVolume bound to ``claim``, and whether it is a ``local`` volume."""
     found = get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}")
     if found is None:
         raise VolumeNotReady(f'persistentvolumeclaim "{claim}" not found')
@@ -126,38 +237,40 @@ def _claimed_path(get: Getter, namespace: str, claim: str) -> str:
         raise VolumeNotReady(f'persistentvolumeclaim "{claim}" is not bound')
     volume = get(f"/api/v1/persistentvolumes/{volume_name}") or {}
     spec = volume.get("spec") or {}
-    path = (spec.get("hostPath") or spec.get("local") or {}).get("path")
-    if not path:
-        raise VolumeNotReady(f'persistentvolume "{volume_name}": only hostPath and local volumes can be mounted here')
-    Path(path).mkdir(parents=True, exist_ok=True)
-    return str(path)
+    if "hostPath" in spec:
+        return str(_host_path(spec["hostPath"])), False
+    if "local" in spec:
+        # A local volume is a disk or directory the administrator prepared: the kubelet creates nothing.
+        path = Path(spec["local"]["path"])
+        if not path.exists():
+            raise VolumeNotReady(f'persistentvolume "{volume_name}": local path "{path}" does not exist')
+        return str(path), True
+    raise VolumeNotReady(f'persistentvolume "{volume_name}": only hostPath and local volumes can be mounted here')
 
 
-def prepare_volumes(pod: dict[str, Any], pod_dir: Path, get: Getter, token: TokenRequester) -> dict[str, str]:
-    """{volume name: host path} for every volume of the pod, files written under ``pod_dir/volumes``."""
+def prepare_volumes(pod: dict[str, Any], pod_dir: Path, get: Getter, token: TokenRequester) -> PodVolumes:
+    """Every volume of the pod on this node, files written under ``pod_dir/volumes``."""
     namespace = pod["metadata"]["namespace"]
-    paths: dict[str, str] = {}
+    volumes = PodVolumes()
+    paths = volumes.paths
     for volume in pod["spec"].get("volumes") or []:
         name = volume["name"]
         local = pod_dir / "volumes" / name
         if "hostPath" in volume:
-            host_path = Path(volume["hostPath"]["path"])
-            kind = volume["hostPath"].get("type", "")
-            if kind == "DirectoryOrCreate":
-                host_path.mkdir(parents=True, exist_ok=True)
-            elif kind == "FileOrCreate" and not host_path.exists():
-                host_path.parent.mkdir(parents=True, exist_ok=True)
-                host_path.touch()
-            elif not host_path.exists() and kind:
-                raise VolumeNotReady(f"hostPath {host_path} does not exist (type {kind})")
-            paths[name] = str(host_path)
+            paths[name] = str(_host_path(volume["hostPath"]))
             continue
         if "persistentVolumeClaim" in volume:
-            paths[name] = _claimed_path(get, namespace, volume["persistentVolumeClaim"]["claimName"])
+            source = volume["persistentVolumeClaim"]
+            paths[name], is_local = _claimed_path(get, namespace, source["claimName"])
+            if is_local and not source.get("readOnly"):  # the local plugin: Managed = not read-only
+                volumes.managed[name] = False
+                volumes.local.add(name)
             continue
         if local.exists():
             shutil.rmtree(local)
         local.mkdir(parents=True)
+        # emptyDir is writable by every user (0777); the others' files are read-only mounts.
+        volumes.managed[name] = "emptyDir" not in volume
         if "configMap" in volume or "secret" in volume:
             key = "configMap" if "configMap" in volume else "secret"
             ref = volume[key]
@@ -178,5 +291,7 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, get: Getter, token: Toke
                 f"volume {name!r}: this node supports emptyDir, configMap, secret, downwardAPI, projected,"
                 " hostPath and persistentVolumeClaim"
             )
+        if "emptyDir" in volume:
+            os.chmod(local, EMPTY_DIR_MODE)
         paths[name] = str(local)
-    return paths
+    return volumes

@@ -64,3 +64,21 @@ def test_stopping_one_pods_container_leaves_another_pods_container_of_the_same_n
         for run in (short, long):
             run.kill_all()
             run.release()
+
+
+def test_allow_privilege_escalation_false_sets_no_new_privs_after_dropping_to_the_user(tmp_path, netns):
+    script = ["sh", "-c", "id -u; grep NoNewPrivs /proc/self/status"]
+    runs = []
+    for pod_uid, no_new_privs in (("pod-nnp", True), ("pod-default", False)):
+        spec = launch(tmp_path, pod_uid, script, netns)
+        spec.uid, spec.gid, spec.groups, spec.no_new_privs = 1000, 1000, [], no_new_privs
+        runs.append(process.start(spec))
+    try:
+        assert [wait(run) for run in runs] == [0, 0]
+        assert "stdout F 1000" in (tmp_path / "pod-nnp.log").read_text()
+        assert "NoNewPrivs:\t1" in (tmp_path / "pod-nnp.log").read_text()
+        assert "NoNewPrivs:\t0" in (tmp_path / "pod-default.log").read_text()
+    finally:
+        for run in runs:
+            run.kill_all()
+            run.release()
