@@ -12,6 +12,7 @@ separated; default the connection's namespace), ``ui_kinds`` the job kinds it li
 
 from __future__ import annotations
 
+import threading
 import time
 from functools import cache
 from importlib import resources
@@ -79,9 +80,18 @@ class Cluster:
         return [job for ns in dict.fromkeys(namespaces) for kind in self.kinds for job in self.cache.jobs(ns, kind)]
 
 
+_cluster_lock = threading.Lock()
+
+
 @cache
-def cluster() -> Cluster:
+def _cluster() -> Cluster:
     return Cluster()
+
+
+def cluster() -> Cluster:
+    """The process's one ``Cluster`` (built once: concurrent first requests must share its cache)."""
+    with _cluster_lock:
+        return _cluster()
 
 
 def _cluster_error(error: Exception) -> HTTPException:
@@ -126,10 +136,12 @@ def create_app() -> FastAPI:
     def task_instance_job(
         dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: Annotated[int, Query()] = -1
     ) -> dict[str, Any]:
+        namespace = _job_namespace(session, dag_id, run_id, task_id, map_index)
+        # Back to the pool before waiting for the cluster: requests waiting on one LIST must not hold
+        # the connections that LIST may need (the hook reads its connection on first use).
+        session.close()
         state = cluster()
-        namespaces = list(state.namespaces)
-        if namespace := _job_namespace(session, dag_id, run_id, task_id, map_index):
-            namespaces.insert(0, namespace)
+        namespaces = [*([namespace] if namespace else []), *state.namespaces]
         try:
             jobs = state.jobs(namespaces)
         except Exception as error:
