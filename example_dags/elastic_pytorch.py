@@ -1,6 +1,8 @@
 """Elastic PyTorch: start an elastic PyTorchJob, scale its workers up while it runs, wait with the sensor.
 
-torchrun inside each worker re-forms the group when replicas join (rendezvous via c10d).
+torchrun inside each worker re-forms the group when replicas join (rendezvous via c10d). The provider
+sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in the workers (torch >= 2.4 would stall a worker that
+joins a running job): see training/README.md.
 """
 
 from __future__ import annotations
@@ -36,11 +38,6 @@ def elastic_pytorch() -> None:
         gpus_per_replica=1,
         elastic_policy={"min_replicas": 1, "max_replicas": 4, "rdzv_backend": "c10d", "max_restarts": 3},
         nproc_per_node=1,
-        # torch >= 2.4 shares one store between the torchrun agents and the training processes; a worker
-        # added to a running job waits for that store's address, which torch publishes in the first
-        # rendezvous round only: the group stalls for the store's 60 s timeout, then every torchrun
-        # fails. Without the sharing, every round publishes its own.
-        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
         # Return as soon as the job exists; the sensor below does the waiting.
         wait_for_completion=False,
     )

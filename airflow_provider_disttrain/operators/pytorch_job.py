@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.parameters import nproc_per_node as valid_nproc_per_node
 
@@ -31,6 +33,31 @@ def elastic_policy_spec(policy: Mapping[str, Any]) -> dict[str, Any]:
     return {_ELASTIC_KEYS.get(key, key): value for key, value in policy.items()}
 
 
+# torch >= 2.4's c10d rendezvous shares its torchrun agent's store with the training processes, and rank 0
+# publishes that store's address in an agent's first round only: an agent that joins a running job later (a
+# worker added by a scale-up, a pod replaced after a failure) waits for it until the store's timeout, then
+# every torchrun fails. This variable, torch's own opt-out (torch/distributed/elastic/rendezvous/
+# dynamic_rendezvous.py), makes rank 0 publish a fresh address in every round.
+UNSHARED_RENDEZVOUS_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def with_unshared_rendezvous_store(kind: JobKind, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``manifest`` whose every replica's main container has ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
+    when the job is elastic with the c10d rendezvous, unless the container sets the variable itself."""
+    result = copy.deepcopy(dict(manifest))
+    spec = result.get("spec") or {}
+    if (spec.get("elasticPolicy") or {}).get("rdzvBackend") != "c10d" or not kind.replica_specs_key:
+        return result
+    for replica in (spec.get(kind.replica_specs_key) or {}).values():
+        template = (replica or {}).get("template") or {}
+        name = kind.main_container_name(template)
+        for container in (template.get("spec") or {}).get("containers") or []:
+            env = container.get("env") or []
+            if container.get("name") == name and all(entry.get("name") != UNSHARED_RENDEZVOUS_STORE for entry in env):
+                container["env"] = [*env, {"name": UNSHARED_RENDEZVOUS_STORE, "value": "1"}]
+    return result
+
+
 class PyTorchJobOperator(TrainingJobOperator):
     """Run a PyTorchJob: one Master and ``num_workers`` Workers, or an elastic job driven by torchrun.
 
@@ -41,7 +68,9 @@ class PyTorchJobOperator(TrainingJobOperator):
     :param nproc_per_node: processes per pod (``spec.nprocPerNode``): an integer, ``auto``, ``cpu`` or ``gpu``.
     :param elastic_policy: ``spec.elasticPolicy`` as a mapping, e.g. ``{"min_replicas": 2,
         "max_replicas": 8, "rdzv_backend": "c10d", "max_restarts": 3}``; workers can then be scaled with
-        ``ScaleTrainingJobOperator`` within [min, max].
+        ``ScaleTrainingJobOperator`` within [min, max]. The containers of an elastic job with the c10d
+        rendezvous (from this parameter or ``job_manifest``) get ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
+        unless their ``env`` names it: with torch >= 2.4, a worker joining later would stall the group.
     :param with_master: give a job built from parameters a Master replica; default: yes, unless the job
         is elastic (torchrun's rendezvous replaces the Master there).
     """
@@ -73,3 +102,6 @@ class PyTorchJobOperator(TrainingJobOperator):
 
     def builds_leader(self) -> bool:
         return self.with_master if self.with_master is not None else self.elastic_policy is None
+
+    def assemble_manifest(self) -> dict[str, Any]:
+        return with_unshared_rendezvous_store(self.job_kind, super().assemble_manifest())

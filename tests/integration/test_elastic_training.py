@@ -98,12 +98,12 @@ TRAINING_ARGS = [
     *("--epochs", str(EPOCHS), "--min-epoch-seconds", "0.5", "--samples", "512"),
     *("--output-dir", "/data/model", "--checkpoint-dir", "/data/checkpoints"),
 ]
+# No TORCH_DISABLE_SHARE_RDZV_TCP_STORE: the provider sets it on an elastic c10d job (checked below). Without
+# it torch >= 2.4 hands the workers a store that rank 0's agent creates in the first round only; a node
+# joining a later round waits for its address, which nobody publishes again (torch 2.15:
+# RendezvousStoreInfo.build under DynamicRendezvousHandler.next_rendezvous), until the store's 60 s
+# timeout fails every torchrun.
 ENV = {
-    # torch >= 2.4 hands the workers a store that rank 0's agent creates in the first round only; a node
-    # joining a later round waits for its address, which nobody publishes again (torch 2.15:
-    # RendezvousStoreInfo.build under DynamicRendezvousHandler.next_rendezvous), until the store's 60 s
-    # timeout fails every torchrun. Without the shared store, rank 0 publishes a fresh address in every round.
-    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     # The agents log the rendezvous rounds and the restarts: the failure output when this test fails.
     "LOGLEVEL": "INFO",
 }
@@ -208,6 +208,8 @@ def test_an_elastic_job_scaled_up_and_down_while_it_trains_resumes_from_its_chec
     assert submitted["name"] == JOB
     live = jobs.get("pytorchjobs", executing, JOB)
     assert "Master" not in live["spec"]["pytorchReplicaSpecs"]  # torchrun's rendezvous takes its place
+    [container] = live["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in container["env"]  # the provider's
 
     first = wait_for_round(core, jobs, executing, world_size=2, after=0)
     assert first["resumed"] == 0 and first["epochs"][0] == (1, 2)

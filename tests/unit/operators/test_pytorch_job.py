@@ -133,3 +133,52 @@ def test_nproc_per_node_accepts(value: Any) -> None:
 def test_elastic_policy_with_an_unknown_key_is_rejected() -> None:
     with pytest.raises(ValueError, match=r"^elastic_policy: unknown keys \['min_workers'\]"):
         PyTorchJobOperator(task_id="t", image="i", elastic_policy={"min_workers": 1})
+
+
+def worker_env(manifest: dict[str, Any]) -> dict[str, str]:
+    [container] = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    return {entry["name"]: entry.get("value") for entry in container.get("env") or []}
+
+
+def test_an_elastic_c10d_job_does_not_share_the_rendezvous_store_with_its_training_processes() -> None:
+    """torch >= 2.4 would stall a worker that joins later (a scale-up, a replaced pod): see the module."""
+    hook = FakeTrainingJobHook(progression=[succeeded_status()])
+    policy = {"min_replicas": 2, "max_replicas": 3, "rdzv_backend": "c10d"}
+
+    make_operator(hook, elastic_policy=policy, env={"LOGLEVEL": "INFO"}).execute(make_context())
+
+    assert worker_env(hook.submitted_manifest()) == {"LOGLEVEL": "INFO", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def test_the_store_variable_the_dag_sets_wins_and_only_elastic_c10d_jobs_get_it() -> None:
+    kept = FakeTrainingJobHook(progression=[succeeded_status()])
+    policy = {"min_replicas": 2, "max_replicas": 3, "rdzv_backend": "c10d"}
+    make_operator(kept, elastic_policy=policy, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}).execute(make_context())
+    assert worker_env(kept.submitted_manifest()) == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}
+
+    for other in ({}, {"elastic_policy": {"min_replicas": 2, "max_replicas": 3, "rdzv_backend": "etcd-v2"}}):
+        hook = FakeTrainingJobHook(progression=[succeeded_status()])
+        make_operator(hook, **other).execute(make_context())
+        assert worker_env(hook.submitted_manifest()) == {}
+
+
+def test_an_elastic_job_from_a_manifest_gets_the_store_variable_in_its_own_container() -> None:
+    hook = FakeTrainingJobHook(progression=[succeeded_status()])
+    sidecar = {"name": "log-shipper", "image": "fluent-bit:3"}
+    trainer = {"name": "pytorch", "env": [{"name": "A", "value": "1"}]}
+    worker = {"template": {"spec": {"containers": [sidecar, trainer]}}}
+    manifest = {
+        "spec": {
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": 2, "rdzvBackend": "c10d"},
+            "pytorchReplicaSpecs": {"Worker": worker},
+        }
+    }
+
+    make_operator(hook, job_manifest=manifest, num_workers=1).execute(make_context())
+
+    containers = hook.submitted_manifest()["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert {c["name"]: c.get("env") for c in containers} == {
+        "log-shipper": None,
+        "pytorch": [{"name": "A", "value": "1"}, {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"}],
+    }
+    assert manifest["spec"]["pytorchReplicaSpecs"]["Worker"] == worker  # the DAG's manifest is not changed
