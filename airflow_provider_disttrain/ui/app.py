@@ -29,7 +29,9 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
+from airflow_provider_disttrain.diagnostics import pods_not_running, pods_with_problems
 from airflow_provider_disttrain.hooks.api_errors import api_status
+from airflow_provider_disttrain.hooks.training_job import MAX_EVENT_PODS, TrainingJobHook
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.links import CONFIG_SECTION
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_key
@@ -53,13 +55,13 @@ class Cluster:
     """The API server's view of the cluster: one hook, one cache of LISTs, the configured scope."""
 
     def __init__(self) -> None:
-        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-
         self.hook = TrainingJobHook(conn_id=_setting("ui_conn_id", "kubernetes_default"))
         self.kinds = [get_job_kind(kind).kind for kind in _csv(_setting("ui_kinds", DEFAULT_KINDS))]
         self.namespaces = _csv(_setting("ui_namespaces", "")) or [self.hook.default_namespace()]
         ttl = float(_setting("ui_cache_seconds", str(DEFAULT_TTL_SECONDS)))
         self.cache = JobListCache(self._list, ttl=ttl)
+        # A job's pods and Warning events, for its tab: keyed by "<kind>/<name>", as short-lived.
+        self.pods_and_events = JobListCache(self._pods_and_events, ttl=ttl)
 
     def _list(self, namespace: str, kind: str) -> list[dict[str, Any]]:
         try:
@@ -75,6 +77,17 @@ class Cluster:
                 job.get("metadata", {}).pop("managedFields", None)
                 kept.append(job)
         return kept
+
+    def _pods_and_events(self, namespace: str, key: str) -> list[dict[str, Any]]:
+        """``[{"pods": [...], "events": [...]}]`` of one job: its pods (one LIST), and the Warning events of
+        the job and of its pods that have problems or do not run (one LIST each, at most MAX_EVENT_PODS)."""
+        kind, name = key.split("/", 1)
+        pods = self.hook.list_job_pods(name, namespace, kind=kind)
+        # The objects the hook's failure explanation reads the events of (TrainingJobHook.diagnose_outcome).
+        troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
+        suffixes = get_job_kind(kind).event_object_suffixes
+        names = {name, *(name + suffix for suffix in suffixes), *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS]}
+        return [{"pods": pods, "events": self.hook.list_warning_events(namespace, names)}]
 
     def jobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
         return [job for ns in dict.fromkeys(namespaces) for kind in self.kinds for job in self.cache.jobs(ns, kind)]
@@ -153,7 +166,13 @@ def create_app() -> FastAPI:
                 detail=f"no training job of this task instance in namespace(s) {', '.join(dict.fromkeys(namespaces))}"
                 " (not submitted yet, or deleted)",
             )
-        return {"job": view.job_detail(job, now=time.time()), "cluster_lists": state.cache.lists}
+        metadata = job["metadata"]
+        try:
+            (found,) = state.pods_and_events.jobs(metadata["namespace"], f"{job['kind']}/{metadata['name']}")
+        except Exception as error:
+            raise _cluster_error(error) from error
+        detail = view.job_detail(job, now=time.time(), pods=found["pods"], events=found["events"])
+        return {"job": detail, "cluster_lists": state.cache.lists}
 
     @app.get("/api/jobs")
     def jobs(

@@ -20,7 +20,7 @@ from typing import Any
 DEFAULT_TTL_SECONDS = 5.0
 
 Fetch = Callable[[str, str], list[dict[str, Any]]]
-"""``fetch(namespace, kind)``: the provider's jobs of ``kind`` in ``namespace``."""
+"""``fetch(namespace, key)``: what ``key`` names in ``namespace`` (the provider's jobs of a kind; one job's pods)."""
 
 
 @dataclass

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_disttrain.conditions import conditions, is_true, parse_time
+from airflow_provider_disttrain.diagnostics import pod_problems, replica_name
 from airflow_provider_disttrain.kinds import kind_of
 from airflow_provider_disttrain.kueue import admitted_at, held_by_kueue, queue_name, waiting_message
 from airflow_provider_disttrain.naming import (
@@ -39,6 +40,7 @@ from airflow_provider_disttrain.status import (
 # Extended resources counted as GPUs: any ``<vendor>/gpu`` (nvidia.com/gpu, amd.com/gpu, ...).
 GPU_SUFFIX = "/gpu"
 NEWEST_CONDITIONS = 5
+NEWEST_EVENTS = 5
 
 
 def _metadata(job: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -85,8 +87,21 @@ def replica_specs(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     }
 
 
-def replicas(job: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per replica type: desired (spec), active/succeeded/failed (status), GPUs per replica."""
+def restarts(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Container restarts of the job's pods now, per replica type (as the pods' labels name it)."""
+    kind = kind_of(job)
+    total: dict[str, int] = {}
+    for pod in pods:
+        replica = str(((pod.get("metadata") or {}).get("labels") or {}).get(kind.pod_labels.replica_type) or "")
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        total[replica.lower()] = total.get(replica.lower(), 0) + sum(int(c.get("restartCount") or 0) for c in statuses)
+    return total
+
+
+def replicas(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One row per replica type: desired (spec), active/succeeded/failed (status), GPUs per replica, and
+    with ``pods`` the restarts of their containers."""
+    restarted = restarts(job, pods) if pods is not None else None
     counts = replica_counts(job)
     specs = replica_specs(job)
     rows = []
@@ -100,6 +115,7 @@ def replicas(job: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "succeeded": counters.get("succeeded", 0),
                 "failed": counters.get("failed", 0),
                 "gpus_per_replica": specs.get(replica, {}).get("gpus", 0),
+                **({"restarts": restarted.get(replica.lower(), 0)} if restarted is not None else {}),
             }
         )
     return rows
@@ -208,8 +224,52 @@ def job_summary(job: Mapping[str, Any], *, now: float) -> dict[str, Any]:
     }
 
 
-def job_detail(job: Mapping[str, Any], *, now: float, workload: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Everything the task instance's tab shows about its job (``workload``: its Kueue Workload, if read)."""
+def pod_rows(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per pod: the replica it plays, its phase, its containers' restarts and what is wrong with it
+    (``diagnostics``' words: OOMKilled, ImagePullBackOff, Unschedulable and why)."""
+    kind = kind_of(job)
+    rows = [
+        {
+            "replica": replica_name(kind, pod),
+            "phase": (pod.get("status") or {}).get("phase"),
+            "restarts": sum(
+                int(c.get("restartCount") or 0) for c in (pod.get("status") or {}).get("containerStatuses") or []
+            ),
+            "problems": pod_problems(pod),
+        }
+        for pod in pods
+    ]
+    return sorted(rows, key=lambda row: row["replica"])
+
+
+def warning_events(events: Iterable[Mapping[str, Any]], newest: int = NEWEST_EVENTS) -> list[dict[str, Any]]:
+    """The newest Warning events about the job and its pods: object, reason, message, count, when."""
+    rows = [
+        {
+            "object": (event.get("involvedObject") or {}).get("name"),
+            "reason": event.get("reason"),
+            "message": event.get("message"),
+            "count": event.get("count") or 1,
+            "time": event.get("lastTimestamp") or event.get("eventTime"),
+        }
+        for event in events
+        if event.get("type", "Warning") == "Warning"
+    ]
+    rows.sort(key=lambda row: str(row["time"] or ""), reverse=True)
+    return rows[:newest]
+
+
+def job_detail(
+    job: Mapping[str, Any],
+    *,
+    now: float,
+    workload: Mapping[str, Any] | None = None,
+    pods: Iterable[Mapping[str, Any]] | None = None,
+    events: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Everything the task instance's tab shows about its job (``workload``: its Kueue Workload; ``pods``
+    and ``events``: its pods and their and its Warning events, when read)."""
+    pods = list(pods) if pods is not None else None
     state = job_state(job)
     waiting = None
     if state in (JobState.QUEUED, JobState.SUSPENDED):
@@ -223,7 +283,9 @@ def job_detail(job: Mapping[str, Any], *, now: float, workload: Mapping[str, Any
         **job_summary(job, now=now),
         "uid": _metadata(job).get("uid"),
         "timeline": timeline(job),
-        "replicas": replicas(job),
+        "replicas": replicas(job, pods),
+        "pods": pod_rows(job, pods or []),
+        "events": warning_events(events),
         "progress": progress,
         "waiting": waiting,
         "conditions": _condition_rows(job),

@@ -55,13 +55,14 @@ def test_the_api_shows_a_deferred_tasks_job_to_a_logged_in_user_only(
     detail = ui(airflow, path).json()["job"]
     assert (detail["kind"], detail["name"], detail["state"]) == ("PyTorchJob", job_name, "suspended")
     assert detail["replicas"] == [
-        {"type": "Worker", "desired": 1, "active": 0, "succeeded": 0, "failed": 0, "gpus_per_replica": 0}
+        {"type": "Worker", "desired": 1, "active": 0, "succeeded": 0, "failed": 0, "gpus_per_replica": 0, "restarts": 0}
     ]
     listed = ui(airflow, "/api/jobs", params={"dag_id": FANOUT}).json()
     (row,) = [row for row in listed["jobs"] if row["name"] == job_name]
     assert row["task_instance"]["run_id"] == run_id and row["task_instance"]["map_index"] == 0
     # Nothing from the connection nor the pod template reaches the UI.
     assert "kubeconfig" not in json.dumps(listed) and "env" not in detail
+    assert detail["pods"] == []  # suspended: no pods yet
 
     # Forty people refreshing at once cost the cluster one LIST per (namespace, kind) per cache period
     # ([disttrain] ui_cache_seconds, 5 s) that their requests span, not one per request.
@@ -96,7 +97,9 @@ def test_the_tab_follows_the_job_in_a_browser_and_the_page_lists_it(
     run_id, job_name = held_job
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        browser = playwright.chromium.launch(
+            executable_path=_chromium(), args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(f"{airflow.url}/")
         page.fill("input[name=username]", "admin")

@@ -168,3 +168,50 @@ def test_filters_and_dag_access_select_rows(filters, expected):
     assert shown == expected
     assert [row["task_instance"]["dag_id"] for row in view.readable(rows, {"nightly"})] == ["nightly"]
     assert view.readable(rows, set()) == []
+
+
+PODS = STATUS.parent / "pods"
+
+
+def test_the_pods_give_each_replica_types_restarts_and_each_pods_problem():
+    job = fixture("pytorchjob-running.yaml")
+    crashing = yaml.safe_load((PODS / "crashloopbackoff.yaml").read_text())  # worker-1, 4 restarts
+    oom = yaml.safe_load((PODS / "oomkilled.yaml").read_text())  # master-0
+    detail = view.job_detail(job, now=NOW, pods=[crashing, oom])
+    assert {row["type"]: row["restarts"] for row in detail["replicas"]} == {"Master": 0, "Worker": 4}
+    rows = {row["replica"]: row for row in detail["pods"]}
+    assert set(rows) == {"master-0", "worker-1"}
+    assert rows["worker-1"]["restarts"] == 4 and rows["worker-1"]["phase"] == "Running"
+    assert any("CrashLoopBackOff" in problem for problem in rows["worker-1"]["problems"])
+    assert any("OOMKilled" in problem for problem in rows["master-0"]["problems"])
+    # Without the pods read, no restart column is claimed.
+    assert "restarts" not in view.job_detail(job, now=NOW)["replicas"][0]
+
+
+def test_the_newest_warning_events_come_first():
+    events = [
+        {
+            "type": "Warning",
+            "reason": "BackOff",
+            "message": f"back-off {i}",
+            "count": i,
+            "involvedObject": {"name": "pytorch-simple-worker-1"},
+            "lastTimestamp": f"2024-05-14T09:1{i}:00Z",
+        }
+        for i in range(8)
+    ]
+    shown = view.job_detail(fixture("pytorchjob-running.yaml"), now=NOW, events=events)["events"]
+    assert [event["message"] for event in shown] == [
+        "back-off 7",
+        "back-off 6",
+        "back-off 5",
+        "back-off 4",
+        "back-off 3",
+    ]
+    assert shown[0] == {
+        "object": "pytorch-simple-worker-1",
+        "reason": "BackOff",
+        "message": "back-off 7",
+        "count": 7,
+        "time": "2024-05-14T09:17:00Z",
+    }
