@@ -29,8 +29,20 @@ async def upstream() -> AsyncIterator[tuple[int, list[bytes]]]:
         yield server.sockets[0].getsockname()[1], received
 
 
-async def through_proxy(target_port: int, request: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
-    proxy = await serve(0, ISSUER, target_port)
+@pytest.fixture
+async def proxies() -> AsyncIterator[list[asyncio.Server]]:
+    """The proxies a test started, closed after it."""
+    started: list[asyncio.Server] = []
+    yield started
+    for server in started:
+        server.close()
+        await server.wait_closed()
+
+
+async def through_proxy(
+    proxies: list[asyncio.Server], target_port: int, request: bytes
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    proxies.append(proxy := await serve(0, ISSUER, target_port))
     port = proxy.sockets[0].getsockname()[1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
@@ -38,10 +50,12 @@ async def through_proxy(target_port: int, request: bytes) -> tuple[asyncio.Strea
     return reader, writer, await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
 
 
-async def test_a_connect_to_the_issuer_is_tunnelled_to_the_api_server(upstream: tuple[int, list[bytes]]) -> None:
+async def test_a_connect_to_the_issuer_is_tunnelled_to_the_api_server(
+    upstream: tuple[int, list[bytes]], proxies: list[asyncio.Server]
+) -> None:
     port, received = upstream
     reader, writer, head = await through_proxy(
-        port, f"CONNECT {ISSUER}:443 HTTP/1.1\r\nHost: {ISSUER}:443\r\n\r\n".encode()
+        proxies, port, f"CONNECT {ISSUER}:443 HTTP/1.1\r\nHost: {ISSUER}:443\r\n\r\n".encode()
     )
 
     assert head.startswith(b"HTTP/1.1 200 ")
@@ -55,9 +69,11 @@ async def test_a_connect_to_the_issuer_is_tunnelled_to_the_api_server(upstream: 
     "request_line",
     ["CONNECT example.com:443 HTTP/1.1", f"CONNECT {ISSUER}:80 HTTP/1.1", f"GET http://{ISSUER}/ HTTP/1.1"],
 )
-async def test_anything_else_is_refused_without_dialling(upstream: tuple[int, list[bytes]], request_line: str) -> None:
+async def test_anything_else_is_refused_without_dialling(
+    upstream: tuple[int, list[bytes]], proxies: list[asyncio.Server], request_line: str
+) -> None:
     port, received = upstream
-    reader, writer, head = await through_proxy(port, f"{request_line}\r\n\r\n".encode())
+    reader, writer, head = await through_proxy(proxies, port, f"{request_line}\r\n\r\n".encode())
 
     assert head.startswith(b"HTTP/1.1 403 ")
     assert await asyncio.wait_for(reader.read(), timeout=5) == b""
