@@ -34,6 +34,7 @@ from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.hooks.training_job import MAX_EVENT_PODS, TrainingJobHook
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.links import CONFIG_SECTION
+from airflow_provider_disttrain.logs import leader_pods
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_key
 from airflow_provider_disttrain.ui import view
 from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache
@@ -41,6 +42,9 @@ from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCa
 DEFAULT_KINDS = "PyTorchJob,MPIJob,TrainJob"
 # The task instances looked up to link the page's jobs to them (the newest first).
 MAX_LINKED_TASK_INSTANCES = 5000
+# The leader's log lines a tab shows (the full log is the task's).
+LOG_TAIL_LINES = 20
+LOG_TAIL_BYTES = 64_000
 
 
 def _setting(option: str, fallback: str) -> str:
@@ -87,7 +91,29 @@ class Cluster:
         troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
         suffixes = get_job_kind(kind).event_object_suffixes
         names = {name, *(name + suffix for suffix in suffixes), *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS]}
-        return [{"pods": pods, "events": self.hook.list_warning_events(namespace, names)}]
+        return [
+            {"pods": pods, "events": self.hook.list_warning_events(namespace, names), "log": self._log_tail(kind, pods)}
+        ]
+
+    def _log_tail(self, kind: str, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The last lines of the leader's log (what the task's log already shows of it), once it started."""
+        job_kind = get_job_kind(kind)
+        started = [pod for pod in leader_pods(job_kind, pods) if (pod.get("status") or {}).get("phase") != "Pending"]
+        if not started:
+            return None
+        pod = started[-1]
+        metadata = pod["metadata"]
+        try:
+            text = self.hook.read_pod_log(
+                metadata["name"],
+                metadata["namespace"],
+                job_kind.main_container_name(pod),
+                tail_lines=LOG_TAIL_LINES,
+                limit_bytes=LOG_TAIL_BYTES,
+            )
+        except Exception as error:  # the rest of the tab stands without the log (a node that serves none)
+            return {"pod": metadata["name"], "lines": [], "error": f"the log could not be read: {error}"[:500]}
+        return {"pod": metadata["name"], "lines": text.splitlines()[-LOG_TAIL_LINES:]}
 
     def jobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
         return [job for ns in dict.fromkeys(namespaces) for kind in self.kinds for job in self.cache.jobs(ns, kind)]
@@ -171,7 +197,7 @@ def create_app() -> FastAPI:
             (found,) = state.pods_and_events.jobs(metadata["namespace"], f"{job['kind']}/{metadata['name']}")
         except Exception as error:
             raise _cluster_error(error) from error
-        detail = view.job_detail(job, now=time.time(), pods=found["pods"], events=found["events"])
+        detail = view.job_detail(job, now=time.time(), pods=found["pods"], events=found["events"], log=found["log"])
         return {"job": detail, "cluster_lists": state.cache.lists}
 
     @app.get("/api/jobs")

@@ -266,9 +266,10 @@ def job_detail(
     workload: Mapping[str, Any] | None = None,
     pods: Iterable[Mapping[str, Any]] | None = None,
     events: Iterable[Mapping[str, Any]] = (),
+    log: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the task instance's tab shows about its job (``workload``: its Kueue Workload; ``pods``
-    and ``events``: its pods and their and its Warning events, when read)."""
+    and ``events``: its pods and their and its Warning events; ``log``: the leader's last lines, when read)."""
     pods = list(pods) if pods is not None else None
     state = job_state(job)
     waiting = None
@@ -286,6 +287,7 @@ def job_detail(
         "replicas": replicas(job, pods),
         "pods": pod_rows(job, pods or []),
         "events": warning_events(events),
+        "log": dict(log) if log else None,
         "progress": progress,
         "waiting": waiting,
         "conditions": _condition_rows(job),

@@ -129,6 +129,9 @@ def test_the_tab_follows_the_job_in_a_browser_and_the_page_lists_it(
 
         assert cluster.release_jobs(FANOUT, run_id) == 1
         running = when("running", "active", "1")
+        # The leader's last log lines (or why they cannot be read) and a link to the task's full log.
+        tab.get_by_test_id("log").wait_for(timeout=30_000)
+        assert tab.get_by_role("link", name="The task's full log").count() == 1
         page.screenshot(path=str(SCREENSHOTS / "training-job-tab.png"))
         succeeded = when("succeeded", "succeeded", "1")
         # The progress line read from the page changed with the job: suspended, running, succeeded.

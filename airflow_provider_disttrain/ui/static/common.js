@@ -27,3 +27,18 @@ function seconds(value) {
 function stateBadge(state) {
   return `<span class="state state-${esc(state)}" data-testid="state">${esc(state)}</span>`;
 }
+
+// Airflow shows these pages in a sandboxed frame, which may not navigate the window: a link to a page of
+// Airflow's UI (data-airflow-route) is followed by the (same-origin) window's own router, through its history.
+document.addEventListener("click", (event) => {
+  const link = event.target.closest("a[data-airflow-route]");
+  if (!link || window.top === window) return;
+  event.preventDefault();
+  window.top.history.pushState(null, "", link.getAttribute("href"));
+  window.top.dispatchEvent(new PopStateEvent("popstate"));
+});
+
+function taskInstanceHref(dagId, runId, taskId, mapIndex) {
+  const mapped = mapIndex >= 0 ? `/mapped/${mapIndex}` : "";
+  return `/dags/${encodeURIComponent(dagId)}/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(taskId)}${mapped}`;
+}

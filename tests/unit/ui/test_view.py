@@ -184,6 +184,9 @@ def test_the_pods_give_each_replica_types_restarts_and_each_pods_problem():
     assert rows["worker-1"]["restarts"] == 4 and rows["worker-1"]["phase"] == "Running"
     assert any("CrashLoopBackOff" in problem for problem in rows["worker-1"]["problems"])
     assert any("OOMKilled" in problem for problem in rows["master-0"]["problems"])
+    assert detail["log"] is None
+    tail = {"pod": "pytorch-simple-master-0", "lines": ["epoch 3/10 loss 0.41"]}
+    assert view.job_detail(job, now=NOW, pods=[crashing], log=tail)["log"] == tail
     # Without the pods read, no restart column is claimed.
     assert "restarts" not in view.job_detail(job, now=NOW)["replicas"][0]
 
