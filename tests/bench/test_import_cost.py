@@ -40,6 +40,11 @@ def test_detector_sees_openlineage(bench: ModuleType) -> None:
     assert {"openlineage", "airflow.providers.openlineage"} <= set(leaked)
 
 
+def test_detector_sees_fastapi(bench: ModuleType) -> None:
+    # The UI plugin is loaded by every Airflow process; its FastAPI app only by the API server.
+    assert "fastapi" in bench.heavy_modules_imported("from airflow_provider_disttrain.ui import app\n")
+
+
 def test_failed_import_is_reported(bench: ModuleType) -> None:
     with pytest.raises(RuntimeError, match="ModuleNotFoundError: No module named 'no_such_module_xyz'"):
         bench.measure_once("import no_such_module_xyz\n")
