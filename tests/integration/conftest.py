@@ -322,3 +322,121 @@ def training_dag(dag_id: str, **operator_args: Any) -> str:
     """Source of a one-task DAG training a small PyTorchJob; ``operator_args`` override the defaults."""
     arguments = ", ".join(f"{key}={value!r}" for key, value in with_defaults(TRAINING_DEFAULTS, operator_args).items())
     return TRAINING_DAG.format(dag_id=dag_id, arguments=arguments)
+
+
+# -- Kueue: a queue of one's own ----------------------------------------------------------------------------
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KUEUE_FLAVOR = "default-flavor"  # dev/cluster/controllers.sh
+SMALL_QUEUE = "small-queue"
+
+
+def _kueue_condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+
+def _wait_until(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.5)
+    return value
+
+
+class SmallQueue:
+    """A LocalQueue ``SMALL_QUEUE`` in the test's namespace, on a ClusterQueue of 8 GPUs of its own."""
+
+    def __init__(self, custom: Any, namespace: str, cluster_queue: str) -> None:
+        self.custom, self.namespace, self.cluster_queue, self.name = custom, namespace, cluster_queue, SMALL_QUEUE
+
+    def get_cluster_queue(self) -> dict[str, Any]:
+        return self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", self.cluster_queue)
+
+    def stop(self) -> None:
+        self.custom.patch_cluster_custom_object(
+            *KUEUE, "clusterqueues", self.cluster_queue, {"spec": {"stopPolicy": "Hold"}}
+        )
+
+    def stop_local_queue(self) -> None:
+        self.custom.patch_namespaced_custom_object(
+            *KUEUE, self.namespace, "localqueues", self.name, {"spec": {"stopPolicy": "Hold"}}
+        )
+
+    def workloads(self) -> list[dict[str, Any]]:
+        return self.custom.list_namespaced_custom_object(*KUEUE, self.namespace, "workloads")["items"]
+
+    def submit_blocker(self, name: str, gpus: int, run_seconds: int) -> None:
+        """A PyTorchJob of ``gpus`` GPUs in the queue, as another user would submit it (admin, no provider)."""
+        container = {"name": "pytorch", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+        template = {"metadata": {"annotations": {"disttrain.test/run-seconds": str(run_seconds)}}}
+        template["spec"] = {"containers": [container]}
+        self.custom.create_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            self.namespace,
+            "pytorchjobs",
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": self.name}},
+                "spec": {
+                    "pytorchReplicaSpecs": {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+                },
+            },
+        )
+
+
+@pytest.fixture
+def small_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(admin_api)
+    cluster_queue = f"small-{secrets.token_hex(3)}"
+    quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "clusterqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cluster_queue},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "resourceGroups": [
+                    {
+                        "coveredResources": list(quota),
+                        "flavors": [
+                            {
+                                "name": KUEUE_FLAVOR,
+                                "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    custom.create_namespaced_custom_object(
+        *KUEUE,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": SMALL_QUEUE},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+    )
+    _wait_until(
+        f"LocalQueue {SMALL_QUEUE} Active",
+        lambda: (
+            _kueue_condition(
+                custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", SMALL_QUEUE), "Active"
+            ).get("status")
+            == "True"
+        ),
+    )
+    yield SmallQueue(custom, namespace, cluster_queue)
+    # Kueue's finalizer keeps the ClusterQueue until its Workloads are gone with the namespace.
+    custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)

@@ -211,6 +211,9 @@ def test_kueue_keeps_a_job_over_quota_suspended_with_its_reason(api, admin_api, 
     workload = wait_for("the Workload's QuotaReserved=False", pending_workload)
     message = condition(workload, "QuotaReserved")["message"]
     assert "nvidia.com/gpu" in message, message
+    # Kueue v0.19 with UnadmittedWorkloadsObservability (dev/cluster/controllers.sh) says it can never fit.
+    assert condition(workload, "QuotaReserved")["reason"] == "ExceedsMaxQuota"
+    assert "> maximum capacity (16)" in message, message
     assert not is_true(workload, "Admitted")
     job = get_pytorchjob(api, namespace, "too-big")
     assert job["spec"]["runPolicy"]["suspend"] is True

@@ -1,4 +1,4 @@
-"""Kueue v0.17 on the local cluster: jobs submitted with ``local_queue=`` wait for quota, say why, and run
+"""Kueue (v0.19.2) on the local cluster: jobs submitted with ``local_queue=`` wait for quota, say why, and run
 when it frees.
 
 The ClusterQueue holds 16 nvidia.com/gpu; each namespace has the LocalQueue ``LOCAL_QUEUE`` (conftest).
@@ -166,18 +166,29 @@ def test_three_8_gpu_jobs_on_16_gpus_two_run_the_third_waits_for_quota_then_runs
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_queue_timeout_fails_with_kueues_message_and_deletes_the_job(namespace, run_dag, jobs, capfd, deferrable):
+def test_queue_timeout_fails_with_kueues_message_and_deletes_the_job(
+    namespace, run_dag, jobs, small_queue, capfd, deferrable
+):
     dag_id = unique_dag_id("kueue_timeout")
-    job_name = f"too-big-{dag_id[-6:]}"
-    # 3 x 8 GPUs: more than the ClusterQueue's 16, so Kueue can never admit it.
+    job_name = f"waits-{dag_id[-6:]}"
+    # Another user's running job holds the ClusterQueue's 8 GPUs for longer than the queue_timeout: the
+    # task's job of 8 GPUs could run once they free (WaitingForQuota), but not within queue_timeout. (A
+    # job that can never fit is refused at once: test_kueue_admission.py.)
+    small_queue.submit_blocker("holds-the-gpus", gpus=8, run_seconds=180)
+    jobs.wait_for(
+        lambda: any(_condition(w, "Admitted").get("status") == "True" for w in small_queue.workloads()),
+        timeout=60,
+        what="the blocker admitted",
+    )
+    # Long enough for Kueue to have said why before it passes (a deferred task's trigger starts some
+    # seconds after the submission on a loaded machine), short of the blocker's run.
     source = training_dag(
         dag_id,
         job_name=job_name,
-        num_workers=2,
-        gpus_per_replica=8,
-        local_queue=LOCAL_QUEUE,
+        gpus_per_replica=4,
+        local_queue=small_queue.name,
         deferrable=deferrable,
-        wait_policy=WaitPolicy(queue_timeout=10),
+        wait_policy=WaitPolicy(queue_timeout=30),
     )
 
     result = run_dag(dag_id, source)
@@ -186,10 +197,14 @@ def test_queue_timeout_fails_with_kueues_message_and_deletes_the_job(namespace, 
     assert result.task_state("train") == "failed"
     assert "JobTimeoutError" in output
     assert "was not admitted by Kueue within queue_timeout" in output
-    assert QUOTA_WORDS in output and "nvidia.com/gpu" in output
+    assert "insufficient unused quota for nvidia.com/gpu" in output
     assert "was deleted: it was still queued by Kueue" in output
     jobs.wait_for(lambda: jobs.get("pytorchjobs", namespace, job_name) is None, timeout=30, what="job deletion")
-    jobs.wait_for(lambda: not _workloads(jobs, namespace), timeout=30, what="its Workload's deletion")
+    jobs.wait_for(
+        lambda: all(w["metadata"]["ownerReferences"][0]["name"] != job_name for w in _workloads(jobs, namespace)),
+        timeout=30,
+        what="its Workload's deletion",
+    )
 
 
 def test_a_job_without_queue_runs_unqueued(namespace, run_dag, jobs):

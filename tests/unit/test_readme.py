@@ -69,6 +69,7 @@ def test_the_documented_cluster_role_is_the_file_the_integration_tests_bind():
     bound = yaml.safe_load((REPO / "deploy" / "rbac" / "clusterrole.yaml").read_text())
 
     assert documented == [bound]
-    assert bound["rules"] == [
-        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["clustertrainingruntimes"], "verbs": ["get"]}
+    assert bound["rules"] == [  # reads only
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["clustertrainingruntimes"], "verbs": ["get"]},
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"]},
     ]
