@@ -4,8 +4,11 @@
 
 Two modes, each in a fresh pair of processes:
 - ``unqueued``: N PyTorchJobs not yet started (``Created``), without the queue label;
-- ``queued``: N PyTorchJobs held by Kueue (queue label, ``Suspended=True``), each with a pending Workload
-  whose ``QuotaReserved=False`` message says why (as Kueue v0.17 writes it).
+- ``queued``: N PyTorchJobs held by Kueue (queue label, ``Suspended=True``) in 10 LocalQueues, each with a
+  pending Workload whose ``QuotaReserved=False`` message says why (as Kueue v0.17 writes it); the fake
+  API server answers Kueue's visibility API (``GET .../pendingworkloads``) for their queue positions.
+  With ``--hold 60`` the hold's request counts are requests per minute: the positions cost one GET per
+  LocalQueue per 30 s (``hooks.queue_positions``), 20 a minute for the 10 queues, however many jobs wait.
 
 The API server is ``tests/unit/fake_apiserver.py`` in a process of its own (so its objects are not
 measured); it counts the requests by resource. The measured process runs N ``TrainingJobTrigger.run()``
@@ -65,6 +68,7 @@ QUOTA_MESSAGE = (
     "default-flavor, 8 more needed"
 )
 START = "2026-11-30T10:00:00Z"
+LOCAL_QUEUES = 10  # the queued jobs are spread over this many LocalQueues (queue-0 ... queue-9)
 
 
 def _condition(kind: str, reason: str, message: str = "", status: str = "True") -> dict[str, Any]:
@@ -77,7 +81,7 @@ def objects(mode: str, count: int) -> tuple[list[dict[str, Any]], list[dict[str,
         labels = {"disttrain.airflow.apache.org/task-instance": f"ti{index}"}
         conditions = [_condition("Created", "PyTorchJobCreated")]
         if mode == "queued":
-            labels["kueue.x-k8s.io/queue-name"] = "user-queue"
+            labels["kueue.x-k8s.io/queue-name"] = f"queue-{index % LOCAL_QUEUES}"
             conditions.append(_condition("Suspended", "PyTorchJobSuspended", f"PyTorchJob job-{index} is suspended."))
             workloads.append(
                 {
@@ -89,7 +93,7 @@ def objects(mode: str, count: int) -> tuple[list[dict[str, Any]], list[dict[str,
                         "labels": {"kueue.x-k8s.io/job-uid": f"uid-{index}"},
                         "creationTimestamp": START,
                     },
-                    "spec": {"queueName": "user-queue", "podSets": [{"name": "master", "count": 1}]},
+                    "spec": {"queueName": f"queue-{index % LOCAL_QUEUES}", "podSets": [{"name": "master", "count": 1}]},
                     "status": {
                         "conditions": [_condition("QuotaReserved", "Pending", QUOTA_MESSAGE, status="False")],
                         "resourceRequests": [{"name": "master", "resources": {"nvidia.com/gpu": "8"}}],

@@ -8,11 +8,13 @@ the job, so jobs without a queue (and clusters without Kueue) cost no extra requ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_provider_disttrain.conditions import parse_time
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error
-from airflow_provider_disttrain.kueue import held_by_kueue, waiting_message
+from airflow_provider_disttrain.kueue import held_by_kueue, is_admitted, queue_name, waiting_message
 from airflow_provider_disttrain.kueue_admission import (
     CLUSTER_QUEUE,
     LOCAL_QUEUE,
@@ -21,18 +23,88 @@ from airflow_provider_disttrain.kueue_admission import (
     never_admitted,
     queue_problem,
 )
+from airflow_provider_disttrain.kueue_position import QueuePosition, positions
 
 # 401/403: the Role lacks list on workloads.kueue.x-k8s.io; 404: Kueue's CRD is not installed.
 _UNREADABLE = (401, 403, 404)
+# 401/403: the Role lacks get on localqueues/pendingworkloads in visibility.kueue.x-k8s.io; 404: the API
+# is not served (Kueue older than v0.9, VisibilityOnDemand off); 503: its APIService is registered but
+# Kueue's visibility server does not answer.
+VISIBILITY_UNAVAILABLE = (401, 403, 404, 503)
+POSITION_REFRESH_SECONDS = 30.0
+"""How often a LocalQueue's positions are asked for (at most; once for all the jobs waiting in it)."""
+
+
+def waited_seconds(workload: Mapping[str, Any], now: float) -> float | None:
+    """How long the Workload has been pending: since it was created (the job's submission)."""
+    created = parse_time((workload.get("metadata") or {}).get("creationTimestamp"))
+    return None if created is None else max(0.0, now - created.timestamp())
+
+
+def visibility_unavailable_warning(namespace: str, local_queue: str, error: BaseException) -> str:
+    return (
+        f"Kueue's queue positions for LocalQueue {namespace}/{local_queue} cannot be read "
+        f"({describe_error(error)}): the Role needs get on localqueues/pendingworkloads in "
+        "visibility.kueue.x-k8s.io, and Kueue's visibility API must be served (VisibilityOnDemand); the task "
+        "says why the job waits without its position"
+    )
+
+
+class QueuePositionReader:
+    """A worker's reads of its job's LocalQueue positions: one GET per ``refresh_seconds`` at most, and
+    none after the API said it cannot answer (logged once). ``monotonic``: the clock (a test's)."""
+
+    def __init__(
+        self,
+        hook: Any,
+        log: Any,
+        *,
+        refresh_seconds: float = POSITION_REFRESH_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._hook = hook
+        self._log = log
+        self._refresh_seconds = refresh_seconds
+        self._monotonic = monotonic
+        self._fetched_at: float | None = None
+        self._positions: dict[str, QueuePosition] = {}
+        self.unavailable = False
+
+    def position(self, namespace: str, local_queue: str, workload_name: str) -> QueuePosition | None:
+        if self.unavailable:
+            return None
+        now = self._monotonic()
+        if self._fetched_at is None or now - self._fetched_at >= self._refresh_seconds:
+            self._fetched_at = now
+            try:
+                summary = self._hook.pending_workloads(namespace, local_queue)
+            except Exception as error:
+                if api_status(error) not in VISIBILITY_UNAVAILABLE:
+                    raise
+                self.unavailable = True
+                self._log.warning("%s", visibility_unavailable_warning(namespace, local_queue, error))
+                return None
+            self._positions = positions(local_queue, summary)
+        return self._positions.get(workload_name)
 
 
 class KueueWaitReporter:
     """Kueue's reason a job waits, logged once per change; ``hook`` has ``find_workload``."""
 
-    def __init__(self, hook: Any, log: Any) -> None:
+    def __init__(
+        self,
+        hook: Any,
+        log: Any,
+        *,
+        positions: QueuePositionReader | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._hook = hook
         self._log = log
         self._unreadable = False
+        self._positions = positions or QueuePositionReader(hook, log)
+        self._wall = wall
+        self._said: tuple[str, int | None, int | None] | None = None
         self.message: str | None = None
         self.never_admitted: NeverAdmitted | None = None
         """Kueue's word that it can never admit the job (``kueue_admission``), from the last observation."""
@@ -60,8 +132,22 @@ class KueueWaitReporter:
             return None
         message = waiting_message(workload)
         self.never_admitted = never_admitted(workload)
-        if message and message != self.message:
+        position = None
+        if message and workload is not None and not is_admitted(workload) and self.never_admitted is None:
+            position = self._positions.position(
+                metadata["namespace"], str(queue_name(job)), str((workload.get("metadata") or {}).get("name"))
+            )
+        if message and position is not None and workload is not None:
+            created = (workload.get("metadata") or {}).get("creationTimestamp")
+            message = (
+                f"{message}; {position.describe(since=created, waited_seconds=waited_seconds(workload, self._wall()))}"
+            )
+        # Logged when Kueue's word or the position changes, not each time the waited time grows.
+        at = (position.in_local_queue, position.cluster_queue_position) if position is not None else (None, None)
+        said = (waiting_message(workload) or "", *at)
+        if message and said != self._said:
             self._log.info("%s is queued by Kueue: %s", title, message)
+        self._said = said if message else None
         self.message = message
         return message
 

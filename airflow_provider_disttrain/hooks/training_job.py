@@ -7,6 +7,7 @@ makes. It returns plain dicts (what the API server sent), so the pure modules ca
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from functools import cached_property
@@ -31,6 +32,7 @@ from airflow_provider_disttrain.hooks.api_errors import (
 from airflow_provider_disttrain.hooks.rejections import field_error
 from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, ApiResource, JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, workload_of
+from airflow_provider_disttrain.kueue_position import pending_workloads_path
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
 
@@ -122,6 +124,24 @@ class TrainingJobHook(KubernetesHook):
         )
         workload = workload_of(listing.get("items") or [], job_uid)
         return dict(workload) if workload is not None else None
+
+    @retry_transient()
+    def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
+        """Kueue's visibility API: the pending Workloads of a LocalQueue, in order (``kueue_position``).
+
+        Raw GET through the client's ``call_api``: the generated clients have no method for an aggregated
+        API's subresource. Errors are raised as the client raised them (403: the Role lacks ``get`` on
+        ``localqueues/pendingworkloads``; 404/503: the visibility API is not served) for the caller.
+        """
+        response = self.core_v1_client.api_client.call_api(
+            pending_workloads_path(namespace, local_queue),
+            "GET",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=False,  # parsed here: the clients' versions name the response type differently
+        )
+        return dict(json.loads(response.data))
 
     @retry_transient()
     def get_kueue_queue(self, resource: ApiResource, name: str, namespace: str | None = None) -> dict[str, Any] | None:

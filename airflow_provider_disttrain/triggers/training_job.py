@@ -26,8 +26,16 @@ from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import classify
 from airflow_provider_disttrain.kinds import get_job_kind
-from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, held_by_kueue, waiting_message
+from airflow_provider_disttrain.kueue import (
+    JOB_UID_LABEL,
+    WORKLOAD,
+    held_by_kueue,
+    is_admitted,
+    queue_name,
+    waiting_message,
+)
 from airflow_provider_disttrain.kueue_admission import NeverAdmitted, never_admitted
+from airflow_provider_disttrain.kueue_position import QueuePosition
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
@@ -35,6 +43,7 @@ from airflow_provider_disttrain.progress import ProgressTracker
 from airflow_provider_disttrain.status import JobState, has_run, job_state
 
 if TYPE_CHECKING:
+    from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions
     from airflow_provider_disttrain.hooks.shared_watch import Subscription, WatchProblem
 
 PROVIDER_JOB_LABEL = TASK_INSTANCE_LABEL
@@ -439,6 +448,8 @@ class _WorkloadFollower:
         self._context: contextlib.AbstractAsyncContextManager[Subscription] | None = None
         self._subscription: Subscription | None = None
         self._unreadable = False
+        self._positions_context: contextlib.AbstractAsyncContextManager[LocalQueuePositions] | None = None
+        self._positions: LocalQueuePositions | None = None
         self.never_admitted: NeverAdmitted | None = None
         """Kueue's word that it can never admit the job (``kueue_admission``), from the last ``follow``."""
 
@@ -490,9 +501,47 @@ class _WorkloadFollower:
         entry = self._subscription.entry
         workload = entry.job if entry is not None and not entry.deleted else None
         self.never_admitted = never_admitted(workload)
-        return waiting_message(workload)
+        message = waiting_message(workload)
+        if message and workload is not None and not is_admitted(workload) and self.never_admitted is None:
+            position = await self._position(job, workload, connection, job_subscription)
+            if position is not None:
+                # Without the waited time: the line changes only when the job moves in the queue.
+                created = (workload.get("metadata") or {}).get("creationTimestamp")
+                message = f"{message}; {position.describe(since=created)}"
+        return message
+
+    async def _position(
+        self,
+        job: Mapping[str, Any],
+        workload: Mapping[str, Any],
+        connection: ClusterConnection,
+        job_subscription: Subscription,
+    ) -> QueuePosition | None:
+        """The Workload's place in its LocalQueue, from the loop's shared poller of that queue."""
+        if self._positions is None:
+            from airflow_provider_disttrain.hooks.queue_positions import follow_position
+            from airflow_provider_disttrain.hooks.shared_watch import registry
+
+            # The Workload watch just opened holds the cluster's shared client: the poller borrows it.
+            cluster = registry().clusters.get(connection.identity)
+            workload_name = (workload.get("metadata") or {}).get("name")
+            if cluster is None or not workload_name:
+                return None
+            self._positions_context = follow_position(
+                connection.identity,
+                cluster,
+                job["metadata"]["namespace"],
+                str(queue_name(job)),
+                str(workload_name),
+                job_subscription.changed,
+            )
+            self._positions = await self._positions_context.__aenter__()
+        return self._positions.position(str((workload.get("metadata") or {}).get("name")))
 
     async def stop(self) -> None:
         context, self._context, self._subscription = self._context, None, None
+        positions, self._positions_context, self._positions = self._positions_context, None, None
+        if positions is not None:
+            await positions.__aexit__(None, None, None)
         if context is not None:
             await context.__aexit__(None, None, None)

@@ -66,7 +66,12 @@ EOF
   # Integrations: the kinds this provider submits, and JobSet (a TrainJob runs
   # as one). manageJobsWithoutQueueName=false: a job without the
   # kueue.x-k8s.io/queue-name label runs unqueued, as on a cluster without
-  # Kueue. The visibility server (an aggregated APIService) is off.
+  # Kueue. The visibility server (VisibilityOnDemand: pending Workloads and their
+  # positions) listens on loopback and is reached directly by the tests: as an
+  # aggregated APIService the API server would need an endpoint that is not
+  # loopback (EndpointSlice validation refuses 127.0.0.0/8), which this
+  # machine's network rule leaves no room for. It authenticates and authorizes
+  # each request through the API server (TokenReview, SubjectAccessReview).
   # UnadmittedWorkloadsObservability (v0.19, beta, off by default): a pending
   # Workload's QuotaReserved=False reason says which it is (WaitingForQuota,
   # ExceedsMaxQuota, NoMatchingFlavor, Misconfigured, Suspended...) instead of
@@ -91,8 +96,11 @@ leaderElection:
   leaderElect: false
 internalCertManagement:
   enable: false
+visibilityServer:
+  bindAddress: 127.0.0.1
+  bindPort: $DEVCLUSTER_KUEUE_VISIBILITY_PORT
 featureGates:
-  VisibilityOnDemand: false
+  VisibilityOnDemand: true
   UnadmittedWorkloadsObservability: true
 integrations:
   frameworks:

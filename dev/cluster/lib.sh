@@ -45,6 +45,9 @@ SA_ISSUER_HOST=kubernetes.default.svc.cluster.local
 TRAINER_ISSUER_TOKEN=/var/run/secrets/kubernetes.io/serviceaccount/token
 DEVCLUSTER_KUEUE_HEALTH_PORT="${DEVCLUSTER_KUEUE_HEALTH_PORT:-18084}"
 DEVCLUSTER_KUEUE_WEBHOOK_PORT="${DEVCLUSTER_KUEUE_WEBHOOK_PORT:-19446}"
+# Kueue's visibility API server (pending Workloads and their queue positions), on loopback: reached
+# directly, not through the API server (see controllers.sh).
+DEVCLUSTER_KUEUE_VISIBILITY_PORT="${DEVCLUSTER_KUEUE_VISIBILITY_PORT:-18085}"
 # mpi-operator's health server always listens on :8080 (not configurable).
 MPI_OPERATOR_HEALTH_PORT=8080
 

@@ -335,6 +335,10 @@ cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$TRAINER_TMPDIR/k8s-
 KUEUE_METRICS_CERT_DIR=/etc/kueue/metrics/certs
 { mkdir -p "$KUEUE_METRICS_CERT_DIR" && cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$KUEUE_METRICS_CERT_DIR/"; } 2>/dev/null \
   || die "cannot write $KUEUE_METRICS_CERT_DIR (Kueue reads its metrics cert there; run as a user who may create it)"
+# ...and its visibility server's from this one (the loopback cert of the webhooks: 127.0.0.1, localhost).
+KUEUE_VISIBILITY_CERT_DIR=/visibility
+{ mkdir -p "$KUEUE_VISIBILITY_CERT_DIR" && cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$KUEUE_VISIBILITY_CERT_DIR/"; } 2>/dev/null \
+  || die "cannot write $KUEUE_VISIBILITY_CERT_DIR (Kueue's visibility server reads its cert there)"
 render_controller_configs
 log "starting JobSet $JOBSET_VERSION, Kubeflow Trainer $TRAINER_VERSION and Kueue $KUEUE_VERSION"
 KUBECONFIG="$PKI_DIR/jobset.kubeconfig" start jobset --kubeconfig "$PKI_DIR/jobset.kubeconfig" --config "$DEVCLUSTER_DIR/jobset-config.yaml"

@@ -103,6 +103,8 @@ class FakeApiServer:
         app.router.add_get(prefix + "/{name}", self._get)
         app.router.add_delete(prefix + "/{name}", self._delete)
         app.router.add_patch(prefix + "/{name}", self._patch)
+        # Kueue's visibility API (an aggregated API on a real cluster), answered from the Workloads held.
+        app.router.add_get(prefix + "/{name}/pendingworkloads", self._pending_workloads)
         app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._list_pods)
         app.router.add_get("/api/v1/namespaces/{namespace}/pods/{name}/log", self._pod_log)
         self._runner = web.AppRunner(app, handler_cancellation=True)
@@ -301,6 +303,41 @@ class FakeApiServer:
         if obj is None:
             return _status(404, "NotFound", f"{info['plural']} {info['name']!r} not found")
         return web.json_response(obj)
+
+    async def _pending_workloads(self, request: web.Request) -> web.Response:
+        """A LocalQueue's PendingWorkloadsSummary as Kueue orders one without priorities: its Workloads
+        (``spec.queueName``) not admitted, oldest first; the position in the ClusterQueue is taken to be
+        the same (one LocalQueue per ClusterQueue)."""
+        if refusal := self._refusal(request, "get"):
+            return refusal
+        namespace, queue = request.match_info["namespace"], request.match_info["name"]
+        pending = sorted(
+            (
+                obj
+                for (obj_namespace, plural, _), obj in self.objects.items()
+                if plural == "workloads"
+                and obj_namespace == namespace
+                and (obj.get("spec") or {}).get("queueName") == queue
+                and not any(
+                    c.get("type") == "Admitted" and c.get("status") == "True"
+                    for c in (obj.get("status") or {}).get("conditions") or []
+                )
+            ),
+            key=lambda obj: (str(obj["metadata"].get("creationTimestamp") or ""), obj["metadata"]["name"]),
+        )
+        items = [
+            {
+                "metadata": {"name": obj["metadata"]["name"], "namespace": namespace},
+                "localQueueName": queue,
+                "positionInLocalQueue": index,
+                "positionInClusterQueue": index,
+                "priority": 0,
+            }
+            for index, obj in enumerate(pending)
+        ]
+        return web.json_response(
+            {"kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta2", "items": items}
+        )
 
     async def _patch(self, request: web.Request) -> web.Response:
         if refusal := self._refusal(request, "patch"):

@@ -190,6 +190,7 @@ _API_METHODS = (
     "get_job",
     "find_jobs",
     "find_workload",
+    "pending_workloads",
     "get_kueue_queue",
     "patch_job",
     "delete_job",
@@ -241,6 +242,7 @@ class FakeTrainingJobHook:
         self.runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.workloads: list[dict[str, Any]] = []  # Kueue Workloads, found by their job-uid label
+        self.visibility_error: Exception | None = None  # what Kueue's visibility API answers instead
         # Kueue's LocalQueues ("localqueues", namespace, name) and ClusterQueues ("clusterqueues", None, name):
         # a dict is the object, None a queue that does not exist, an exception is raised. Any other queue
         # exists and is Active (an active LocalQueue of the ClusterQueue "cluster-queue").
@@ -377,6 +379,30 @@ class FakeTrainingJobHook:
         listed = [w for w in self.workloads if w["metadata"].get("namespace") == namespace]
         workload = workload_of(listed, job_uid)
         return copy.deepcopy(dict(workload)) if workload is not None else None
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
+        """Kueue's visibility answer, as Kueue orders a LocalQueue without priorities: the namespace's
+        Workloads not admitted, oldest first (``visibility_error``, when set, is raised instead)."""
+        from airflow_provider_disttrain.kueue import is_admitted
+
+        self._record("pending_workloads", namespace, local_queue)
+        if self.visibility_error is not None:
+            raise self.visibility_error
+        pending = sorted(
+            (w for w in self.workloads if w["metadata"].get("namespace") == namespace and not is_admitted(w)),
+            key=lambda w: str(w["metadata"].get("creationTimestamp") or ""),
+        )
+        items = [
+            {
+                "metadata": {"name": w["metadata"]["name"], "namespace": namespace},
+                "localQueueName": local_queue,
+                "positionInLocalQueue": index,
+                "positionInClusterQueue": index,
+                "priority": 0,
+            }
+            for index, w in enumerate(pending)
+        ]
+        return {"kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta2", "items": items}
 
     def get_kueue_queue(self, resource: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         self._record("get_kueue_queue", resource.kind, name, namespace)

@@ -154,7 +154,12 @@ def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
     assert result["state"] == "succeeded"
     lines = [entry["event"] for entry in logs]
     queued = [line for line in lines if "is queued by Kueue: " in line]
-    assert queued == [f"PyTorchJob default/{result['name']} is queued by Kueue: {QUOTA_MESSAGE}"]  # once, not per poll
+    # Once, not per poll; with the job's place in its LocalQueue and how long it has waited.
+    [line] = queued
+    assert line.startswith(
+        f"PyTorchJob default/{result['name']} is queued by Kueue: {QUOTA_MESSAGE}; position 1 of 1 in LocalQueue "
+        "'default' (1 in its ClusterQueue); queued since "
+    )
     assert any("is queued by Kueue in LocalQueue 'default' (Suspended" in line for line in lines)
     # The Workload is read only while Kueue holds the job, and once at the end for the result's record.
     assert len(hook.called("find_workload")) == 20 + 1

@@ -32,10 +32,13 @@ def test_poke_logs_kueues_reason_once_per_change_and_keeps_waiting() -> None:
         assert sensor.poke(make_context()) is False
 
     said = [entry["event"] for entry in logs if "is queued by Kueue: " in entry["event"]]
+    # With its place in the queue (Kueue's visibility API, read once for the three pokes of 30 s).
+    position = "position 1 of 1 in LocalQueue 'user-queue' (1 in its ClusterQueue)"
     assert said == [
-        f"PyTorchJob default/train-abc is queued by Kueue: {QUOTA_MESSAGE}",
-        "PyTorchJob default/train-abc is queued by Kueue: LocalQueue user-queue is inactive",
+        f"PyTorchJob default/train-abc is queued by Kueue: {QUOTA_MESSAGE}; {position}",
+        f"PyTorchJob default/train-abc is queued by Kueue: LocalQueue user-queue is inactive; {position}",
     ]
+    assert hook.called("pending_workloads") == [(("default", "user-queue"), {})]
 
 
 def test_poke_of_a_job_without_a_queue_reads_no_workload() -> None:

@@ -152,3 +152,48 @@ async def test_no_workload_watch_lingers_after_the_trigger_ends(apiserver: Any) 
     await run_once(make_trigger(apiserver, queue_deadline=epoch(0.3)))
 
     await until(lambda: not shared_watch.registry().watches)
+
+
+async def test_waiting_triggers_say_their_place_in_the_queue_from_one_request_per_interval(apiserver: Any) -> None:
+    """Kueue's visibility API (served by the fake from its Workloads, oldest first): each job's position
+    is in its progress lines, and the three triggers of the LocalQueue share one request per 30 s."""
+    names = [f"train-{index}" for index in range(3)]
+    for index, name in enumerate(names):
+        held = queued_job(HELD)
+        held["metadata"].update(name=name, uid=f"uid-{index}")
+        pending = workload(condition("QuotaReserved", START, "Pending", QUOTA_MESSAGE, status="False"))
+        pending["metadata"].update(
+            name=f"wl-{name}", labels={JOB_UID_LABEL: f"uid-{index}"}, creationTimestamp=f"2024-05-01T10:00:0{index}Z"
+        )
+        pending["spec"] = {"queueName": "default"}
+        await apiserver.put(held)
+        await apiserver.put(pending, plural=WORKLOADS)
+    triggers = [make_trigger(apiserver, name=name, uid=f"uid-{i}") for i, name in enumerate(names)]
+
+    with structlog.testing.capture_logs() as logs:
+        tasks = [asyncio.create_task(run_once(trigger)) for trigger in triggers]
+        await until(lambda: sum("position " in str(entry["event"]) for entry in logs) >= 3)
+        # The first is admitted: at the next refresh the others move up.
+        first = workload(condition("QuotaReserved", START, "QuotaReserved"), condition("Admitted", START, "Admitted"))
+        first["metadata"].update(name="wl-train-0", labels={JOB_UID_LABEL: "uid-0"})
+        first["spec"] = {"queueName": "default"}
+        await apiserver.put(first, plural=WORKLOADS)
+        await until(lambda: any("position 1 of 2" in str(entry["event"]) for entry in logs), within=120)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    lines = [str(entry["event"]) for entry in logs]
+    said = {
+        name: [line for line in lines if line.startswith(f"PyTorchJob ml/{name}") and "position" in line]
+        for name in names
+    }
+    assert any(
+        "position 3 of 3 in LocalQueue 'default' (3 in its ClusterQueue); queued since 2024-05-01 10:00:02 UTC" in line
+        for line in said["train-2"]
+    )
+    assert any("position 2 of 2" in line for line in said["train-2"])  # moved up, and said so
+    assert any("position 1 of 2" in line for line in said["train-1"])
+    # One request for the three at the start, one at the 30 s refresh (not one per trigger).
+    asked = [path for verb, path in apiserver.paths if path.endswith("/pendingworkloads")]
+    assert len(asked) == 2

@@ -1,0 +1,228 @@
+"""Queue positions from the real Kueue v0.19 visibility server, as the provider reads them.
+
+Kueue's visibility API is an aggregated API: on a real cluster the provider reaches it through the
+API server (``/apis/visibility.kueue.x-k8s.io/...``). On this machine the API server cannot route to
+it (an APIService needs an endpoint that is not loopback, and the workplace's network rule allows no
+other), so the local cluster serves it on loopback (dev/cluster/controllers.sh) and these tests point
+the provider's connection at it directly: the provider's own requests (the sync hook's and the
+triggerer's shared poller's), authenticated with the provider's service-account token, which Kueue
+checks with the API server (TokenReview) and authorizes against the documented Role
+(SubjectAccessReview: ``get`` on ``localqueues/pendingworkloads``).
+
+Three 2-GPU jobs in a ClusterQueue of 2 GPUs: the first runs, the other two wait, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import yaml
+
+from airflow_provider_disttrain.clock import SYSTEM
+from airflow_provider_disttrain.connection import ClusterConnection
+from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
+from airflow_provider_disttrain.hooks.kueue import QueuePositionReader
+from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions, cluster_fetch
+from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
+from tests.integration.test_kueue import _condition, _workloads
+from tests.integration.test_kueue_preemption import FLAVOR, KUEUE
+
+REPO = Path(__file__).resolve().parents[2]
+VISIBILITY_PORT = int(os.environ.get("DEVCLUSTER_KUEUE_VISIBILITY_PORT", "18085"))
+LOCAL_QUEUE = "positions"
+
+
+@pytest.fixture
+def small_queue(admin_api: Any, namespace: str) -> Iterator[str]:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(admin_api)
+    cluster_queue = f"positions-{secrets.token_hex(3)}"
+    quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "2"}
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "clusterqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cluster_queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": list(quota),
+                        "flavors": [
+                            {"name": FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    custom.create_namespaced_custom_object(
+        *KUEUE,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+    )
+    deadline = time.monotonic() + 30
+    while (
+        _condition(custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", LOCAL_QUEUE), "Active").get(
+            "status"
+        )
+        != "True"
+    ):
+        assert time.monotonic() < deadline, f"Kueue did not make LocalQueue {LOCAL_QUEUE} Active"
+        time.sleep(0.5)
+    yield LOCAL_QUEUE
+    custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+
+
+def _submit(jobs: Any, namespace: str, name: str) -> str:
+    """A 2-GPU PyTorchJob for the LocalQueue, created as a platform's other users would; its uid."""
+    manifest = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": {QUEUE_NAME_LABEL: LOCAL_QUEUE}},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {
+                    "replicas": 1,
+                    "restartPolicy": "Never",
+                    "template": {
+                        # How long the local cluster's kwok pods run (its stage, dev/cluster/kwok).
+                        "metadata": {"annotations": {"disttrain.test/run-seconds": "120"}},
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "pytorch",
+                                    "image": "busybox:1.36",
+                                    "command": ["python", "train.py"],
+                                    "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                                }
+                            ]
+                        },
+                    },
+                }
+            }
+        },
+    }
+    created = jobs.custom.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", manifest)
+    return created["metadata"]["uid"]
+
+
+def _visibility_kubeconfig(service_account_kubeconfig: Path, tmp_path: Path) -> Path:
+    """The provider's kubeconfig (its service account's token), aimed at Kueue's visibility server."""
+    config = yaml.safe_load(service_account_kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{VISIBILITY_PORT}"
+    path = tmp_path / "visibility-kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_the_provider_reads_each_waiting_jobs_place_from_the_real_visibility_server(
+    namespace, jobs, small_queue, service_account_kubeconfig, tmp_path, monkeypatch
+):
+    uids = {}
+    for name in ("first", "second", "third"):
+        uids[name] = _submit(jobs, namespace, name)
+        # Kueue orders a queue by creation time, which the API gives to the second: one per second.
+        time.sleep(1.1)
+
+    def workload_of(uid: str) -> dict[str, Any] | None:
+        return next((w for w in _workloads(jobs, namespace) if w["metadata"]["labels"].get(JOB_UID_LABEL) == uid), None)
+
+    # Kueue admits the first (2 GPUs of 2); the other two wait for quota.
+    deadline = time.monotonic() + 60
+    while True:
+        workloads = {name: workload_of(uid) for name, uid in uids.items()}
+        if (
+            all(workloads.values())
+            and _condition(workloads["first"], "Admitted").get("status") == "True"
+            and all(_condition(workloads[n], "Admitted").get("status") != "True" for n in ("second", "third"))
+        ):
+            break
+        assert time.monotonic() < deadline, {
+            name: [
+                (c["type"], c["status"], c.get("message")) for c in (w or {}).get("status", {}).get("conditions", [])
+            ]
+            for name, w in workloads.items()
+        }
+        time.sleep(0.5)
+    names = {name: w["metadata"]["name"] for name, w in workloads.items() if w}
+
+    kubeconfig = _visibility_kubeconfig(service_account_kubeconfig, tmp_path)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUEUE_VISIBILITY",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace}}),
+    )
+
+    # The sync wait's reader (the worker's client, through TrainingJobHook.pending_workloads).
+    reader = QueuePositionReader(TrainingJobHook(conn_id="kueue_visibility"), structlog.get_logger())
+    second = reader.position(namespace, LOCAL_QUEUE, names["second"])
+    third = reader.position(namespace, LOCAL_QUEUE, names["third"])
+    assert reader.position(namespace, LOCAL_QUEUE, names["first"]) is None  # admitted: not pending
+    assert second is not None and third is not None
+    assert (second.in_local_queue, third.in_local_queue) == (0, 1)
+    assert third.describe() == "position 2 of 2 in LocalQueue 'positions' (2 in its ClusterQueue)"
+
+    # The triggerer's shared poller (kubernetes_asyncio, through the cluster's shared client).
+    async def poll_once() -> tuple[Any, Any]:
+        cluster = ClusterClient(ClusterConnection(conn_id="kueue_visibility"))
+        try:
+            queue = LocalQueuePositions(namespace, LOCAL_QUEUE, cluster_fetch(cluster, namespace, LOCAL_QUEUE), SYSTEM)
+            woken = asyncio.Event()
+            queue.follow(names["third"], woken)
+            await asyncio.wait_for(woken.wait(), 30)
+            queue.unfollow(woken)
+            return queue.position(names["second"]), queue.position(names["third"])
+        finally:
+            await cluster.close()
+
+    async_second, async_third = asyncio.run(poll_once())
+    assert (async_second, async_third) == (second, third)
+
+
+def test_without_the_roles_visibility_rule_the_reader_says_so_once_and_stops(
+    namespace, admin_api, jobs, small_queue, service_account_kubeconfig, tmp_path, monkeypatch
+):
+    """The namespace's default service account holds no Role: Kueue's SubjectAccessReview refuses it."""
+    from kubernetes import client
+
+    token = (
+        client.CoreV1Api(admin_api)
+        .create_namespaced_service_account_token("default", namespace, {"spec": {"expirationSeconds": 600}})
+        .status.token
+    )
+    config = yaml.safe_load(_visibility_kubeconfig(service_account_kubeconfig, tmp_path).read_text())
+    config["users"][0]["user"] = {"token": token}
+    kubeconfig = tmp_path / "unprivileged-kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUEUE_VISIBILITY",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace}}),
+    )
+    reader = QueuePositionReader(TrainingJobHook(conn_id="kueue_visibility"), structlog.get_logger())
+
+    with structlog.testing.capture_logs() as logs:
+        assert reader.position(namespace, LOCAL_QUEUE, "any") is None
+        assert reader.position(namespace, LOCAL_QUEUE, "any") is None
+
+    assert reader.unavailable
+    warnings = [entry["event"] for entry in logs if entry["log_level"] == "warning"]
+    assert len(warnings) == 1 and "403" in warnings[0] and "localqueues/pendingworkloads" in warnings[0]
