@@ -4,10 +4,10 @@ The low job is evicted (Kueue's ``Evicted=True``, reason ``Preempted``), suspend
 task says so in its log, waits (eviction is not a failure, and ``startup_timeout`` does not apply to a
 job that has run), and succeeds once Kueue admits the job again. Both results record what Kueue did.
 
-Each test has a ClusterQueue of its own (8 nvidia.com/gpu, ``withinClusterQueue: LowerPriority``), so it
-neither waits for nor preempts the other tests' jobs, and two WorkloadPriorityClasses. The two DAG runs
-are real ``dag.test()`` runs in two processes (one process runs one task at a time), as in
-``test_kueue.py``.
+The sync and the deferrable pair run at once, each in a ClusterQueue of its own (4 nvidia.com/gpu,
+``withinClusterQueue: LowerPriority``), so they neither wait for nor preempt each other or the other tests'
+jobs; two WorkloadPriorityClasses set the priorities. The four DAG runs are real ``dag.test()`` runs in
+processes of their own (one process runs one task at a time), as in ``test_kueue.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.integration.test_kueue import _airflow_home, _condition, _workloads
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 FLAVOR = "default-flavor"  # dev/cluster/controllers.sh
 PRIORITIES = {"disttrain-it-low": 100, "disttrain-it-high": 10_000}
-LOW_RUN_SECONDS = 45  # long enough to be preempted while it runs
+LOW_RUN_SECONDS = 90  # long enough to be preempted while it runs, even when a DAG run takes long to start
 HIGH_RUN_SECONDS = 5
 STARTUP_TIMEOUT = 20  # shorter than the low job's whole wait for re-admission: it must not apply again
 
@@ -49,7 +49,7 @@ def pipeline():
         image="busybox:1.36",
         command=["python", "train.py"],
         num_workers=1,
-        gpus_per_replica=4,
+        gpus_per_replica=2,
         local_queue={local_queue!r},
         labels={{"kueue.x-k8s.io/priority-class": {priority!r}}},
         annotations={{"disttrain.test/run-seconds": "{seconds}"}},
@@ -68,6 +68,7 @@ RUNNER = textwrap.dedent(
 
     bag = DagBag(sys.argv[1])
     assert not bag.import_errors, bag.import_errors
+    sys.stdin.readline()  # Airflow imported and the DAG parsed (tens of seconds on a busy machine): go
     run = bag.get_dag(sys.argv[2]).test()
     print("DAG RUN STATE:", run.state)
     with create_session() as session:
@@ -78,13 +79,12 @@ RUNNER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def preemptible_queue(admin_api: Any, namespace: str) -> Iterator[str]:
-    """A LocalQueue in ``namespace`` on a ClusterQueue of 8 GPUs where priority preempts."""
-    from kubernetes import client
+MODES = {"sync": False, "deferrable": True}
+
+
+def _ensure_priority_classes(custom: Any) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    custom = client.CustomObjectsApi(admin_api)
     for name, value in PRIORITIES.items():
         try:
             custom.create_cluster_custom_object(
@@ -98,10 +98,15 @@ def preemptible_queue(admin_api: Any, namespace: str) -> Iterator[str]:
                 },
             )
         except ApiException as error:
-            if error.status != 409:  # made by an earlier test: the same class
+            if error.status != 409:  # made by an earlier run: the same class
                 raise
+
+
+def _preemptible_queue(custom: Any, namespace: str, local_queue: str) -> str:
+    """A LocalQueue in ``namespace`` on a ClusterQueue of its own, of 4 GPUs, where priority preempts;
+    returns the ClusterQueue's name."""
     cluster_queue = f"preempt-{secrets.token_hex(3)}"
-    quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
+    quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "4"}
     custom.create_cluster_custom_object(
         *KUEUE,
         "clusterqueues",
@@ -123,7 +128,6 @@ def preemptible_queue(admin_api: Any, namespace: str) -> Iterator[str]:
             },
         },
     )
-    local_queue = "preemptible"
     custom.create_namespaced_custom_object(
         *KUEUE,
         namespace,
@@ -142,26 +146,46 @@ def preemptible_queue(admin_api: Any, namespace: str) -> Iterator[str]:
         )
         != "True"
     ):
-        assert time.monotonic() < deadline, "Kueue did not make the LocalQueue Active"
+        assert time.monotonic() < deadline, f"Kueue did not make LocalQueue {local_queue} Active"
         time.sleep(0.5)
-    yield local_queue
-    custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+    return cluster_queue
 
 
-def _start(tmp_path: Path, name: str, deferrable: bool, **fields: Any) -> tuple[subprocess.Popen[str], str]:
+@pytest.fixture
+def preemptible_queues(admin_api: Any, namespace: str) -> Iterator[dict[str, str]]:
+    """Per mode, a LocalQueue on a ClusterQueue of its own: the sync and the deferrable pairs run at once
+    (a third of the time of running them one after the other) without preempting each other."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(admin_api)
+    _ensure_priority_classes(custom)
+    queues = {mode: f"preemptible-{mode}" for mode in MODES}
+    cluster_queues = [_preemptible_queue(custom, namespace, queue) for queue in queues.values()]
+    yield queues
+    for cluster_queue in cluster_queues:
+        custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+
+
+def _start(tmp_path: Path, name: str, deferrable: bool, **fields: Any) -> subprocess.Popen[str]:
     database = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
     dag_id = unique_dag_id(f"preempt_{name}")
     env = _airflow_home(tmp_path, name, database)
     dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{dag_id}.py"
     dag_file.write_text(DAG.format(dag_id=dag_id, deferrable=deferrable, startup_timeout=STARTUP_TIMEOUT, **fields))
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", RUNNER, str(dag_file), dag_id],
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    return process, dag_id
+
+
+def _go(process: subprocess.Popen[str]) -> None:
+    assert process.stdin is not None
+    process.stdin.write("go\n")
+    process.stdin.flush()  # communicate() closes it
 
 
 def _result(output: str) -> dict[str, Any]:
@@ -169,58 +193,66 @@ def _result(output: str) -> dict[str, Any]:
     return json.loads(line.removeprefix("RESULT: "))
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_a_high_priority_job_preempts_a_running_low_one_which_is_readmitted_and_both_succeed(
-    namespace, airflow_db, jobs, tmp_path, preemptible_queue, deferrable
+    namespace, airflow_db, jobs, tmp_path, preemptible_queues
 ):
-    low_name, high_name = f"low-{secrets.token_hex(3)}", f"high-{secrets.token_hex(3)}"
-    common = {"local_queue": preemptible_queue}
-    low, _ = _start(
-        tmp_path, "low", deferrable, job_name=low_name, priority="disttrain-it-low", seconds=LOW_RUN_SECONDS, **common
-    )
+    low_names = {mode: f"low-{mode[:4]}-{secrets.token_hex(3)}" for mode in MODES}
+    processes: dict[str, subprocess.Popen[str]] = {}
     try:
-        # The low job holds all 8 GPUs and runs.
-        jobs.wait_for(
-            lambda: any(pod.status.phase == "Running" for pod in jobs.pods(namespace, low_name)),
-            timeout=120,
-            what="the low-priority job's pods running",
-        )
-        high, _ = _start(
-            tmp_path,
-            "high",
-            deferrable,
-            job_name=high_name,
-            priority="disttrain-it-high",
-            seconds=HIGH_RUN_SECONDS,
-            **common,
-        )
-        low_output, _ = low.communicate(timeout=600)
-        high_output, _ = high.communicate(timeout=120)
+        # Four DAG runs, started at once: each waits for a line on its stdin once its DAG is parsed, so
+        # the high-priority jobs can be submitted the moment the low ones run, however slow the start.
+        for mode, deferrable in MODES.items():
+            for level, seconds in (("low", LOW_RUN_SECONDS), ("high", HIGH_RUN_SECONDS)):
+                processes[f"{level}-{mode}"] = _start(
+                    tmp_path,
+                    f"{level}-{mode}",
+                    deferrable,
+                    job_name=low_names[mode] if level == "low" else f"high-{mode[:4]}-{secrets.token_hex(3)}",
+                    priority=f"disttrain-it-{level}",
+                    seconds=seconds,
+                    local_queue=preemptible_queues[mode],
+                )
+        for mode in MODES:
+            _go(processes[f"low-{mode}"])
+        # Each low job holds all 4 GPUs of its ClusterQueue and runs: then its high one is submitted.
+        for mode in MODES:
+            jobs.wait_for(
+                lambda mode=mode: any(pod.status.phase == "Running" for pod in jobs.pods(namespace, low_names[mode])),
+                timeout=180,
+                what=f"the {mode} low-priority job's pods running",
+            )
+            _go(processes[f"high-{mode}"])
+        outputs = {name: process.communicate(timeout=600)[0] for name, process in processes.items()}
     finally:
-        for process in (low, locals().get("high")):
-            if process is not None and process.poll() is None:
+        for process in processes.values():
+            if process.poll() is None:
                 process.kill()
 
-    assert "DAG RUN STATE: success" in high_output, high_output[-4000:]
-    assert "DAG RUN STATE: success" in low_output, low_output[-4000:]
-    # The low job's log said it was preempted, by whom, and that it waits to be admitted again.
-    low_result, high_result = _result(low_output), _result(high_output)
-    assert "evicted by Kueue" in low_output and "(Preempted)" in low_output, low_output[-4000:]
-    said = [line for line in low_output.splitlines() if "Kueue" in line]
-    assert f"by the job of uid {high_result['uid']}" in low_output, said
-    assert "waits to be admitted again" in low_output, said
-    # The results record it: the low job was evicted once by preemption, ran twice; the high one never.
-    assert low_result["state"] == "succeeded" and high_result["state"] == "succeeded"
-    assert low_result["kueue"]["evictions"] == 1, (low_result, said)
-    assert low_result["kueue"]["evictions_by_reason"] == {"Preempted": 1}
-    assert low_result["kueue"]["priority_class"] == "disttrain-it-low"
-    # Admitted for its first run (until preempted) and its whole second run.
-    assert low_result["kueue"]["running_seconds"] >= LOW_RUN_SECONDS
-    assert low_result["kueue"]["queued_seconds"] >= HIGH_RUN_SECONDS  # waited while the high job ran
-    assert high_result["kueue"]["evictions"] == 0
-    assert "Kueue: queued" in low_output and "evicted 1 time(s) (Preempted x1)" in low_output
-    # Kueue's own account agrees, where the Workload is still there.
+    for mode in MODES:
+        low_output, high_output = outputs[f"low-{mode}"], outputs[f"high-{mode}"]
+        assert "DAG RUN STATE: success" in high_output, (mode, high_output[-4000:])
+        assert "DAG RUN STATE: success" in low_output, (mode, low_output[-4000:])
+        low_result, high_result = _result(low_output), _result(high_output)
+        # The low job's log said it was preempted, by which job, and that it waits to be admitted again.
+        said = [line for line in low_output.splitlines() if "Kueue" in line]
+        submitted = [
+            line[:160] for line in high_output.splitlines() if "Submitted" in line or "created" in line.lower()
+        ]
+        assert "evicted by Kueue" in low_output and "(Preempted)" in low_output, (mode, said, submitted)
+        assert f"by the job of uid {high_result['uid']}" in low_output, (mode, said)
+        assert "waits to be admitted again" in low_output, (mode, said)
+        # The results record it: the low job was evicted once by preemption, ran twice; the high one never.
+        assert low_result["state"] == "succeeded" and high_result["state"] == "succeeded"
+        assert low_result["kueue"]["evictions"] == 1, (mode, low_result, said)
+        assert low_result["kueue"]["evictions_by_reason"] == {"Preempted": 1}
+        assert low_result["kueue"]["priority_class"] == "disttrain-it-low"
+        # Admitted for its first run (until preempted) and its whole second run.
+        assert low_result["kueue"]["running_seconds"] >= LOW_RUN_SECONDS
+        assert low_result["kueue"]["queued_seconds"] >= HIGH_RUN_SECONDS  # waited while the high job ran
+        assert high_result["kueue"]["evictions"] == 0
+        assert "Kueue: queued" in low_output and "evicted 1 time(s) (Preempted x1)" in low_output
+    # Kueue's own account agrees, where the Workloads are still there.
     for workload in _workloads(jobs, namespace):
-        if workload["metadata"]["name"].startswith(f"pytorchjob-{low_name}"):
+        if workload["metadata"]["name"].startswith("pytorchjob-low-"):
             stats = workload["status"]["schedulingStats"]["evictions"]
             assert [(e["reason"], e["count"]) for e in stats] == [("Preempted", 1)]
