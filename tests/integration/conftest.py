@@ -347,8 +347,8 @@ def _wait_until(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any
 class SmallQueue:
     """A LocalQueue ``SMALL_QUEUE`` in the test's namespace, on a ClusterQueue of 8 GPUs of its own."""
 
-    def __init__(self, custom: Any, namespace: str, cluster_queue: str) -> None:
-        self.custom, self.namespace, self.cluster_queue, self.name = custom, namespace, cluster_queue, SMALL_QUEUE
+    def __init__(self, custom: Any, namespace: str, cluster_queue: str, name: str = SMALL_QUEUE) -> None:
+        self.custom, self.namespace, self.cluster_queue, self.name = custom, namespace, cluster_queue, name
 
     def get_cluster_queue(self) -> dict[str, Any]:
         return self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", self.cluster_queue)
@@ -387,13 +387,28 @@ class SmallQueue:
         )
 
 
-@pytest.fixture
-def small_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
-    from kubernetes import client
-
-    custom = client.CustomObjectsApi(admin_api)
-    cluster_queue = f"small-{secrets.token_hex(3)}"
-    quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"}
+def create_queue(
+    custom: Any, namespace: str, local_queue: str, *, gpus: int, preemption: dict[str, Any] | None = None
+) -> str:
+    """A LocalQueue ``local_queue`` in ``namespace`` on a ClusterQueue of ``gpus`` GPUs of its own (only that
+    namespace's jobs), Active once this returns: the test neither waits for nor takes the shared queue's
+    quota. Returns the ClusterQueue's name; deleting it is the caller's (Kueue's finalizer keeps it until
+    its Workloads are gone with the namespace)."""
+    cluster_queue = f"{local_queue}-{secrets.token_hex(3)}"
+    quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "resourceGroups": [
+            {
+                "coveredResources": list(quota),
+                "flavors": [
+                    {"name": KUEUE_FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}
+                ],
+            }
+        ],
+    }
+    if preemption is not None:
+        spec["preemption"] = preemption
     custom.create_cluster_custom_object(
         *KUEUE,
         "clusterqueues",
@@ -401,20 +416,7 @@ def small_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ClusterQueue",
             "metadata": {"name": cluster_queue},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "resourceGroups": [
-                    {
-                        "coveredResources": list(quota),
-                        "flavors": [
-                            {
-                                "name": KUEUE_FLAVOR,
-                                "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()],
-                            }
-                        ],
-                    }
-                ],
-            },
+            "spec": spec,
         },
     )
     custom.create_namespaced_custom_object(
@@ -424,19 +426,28 @@ def small_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "LocalQueue",
-            "metadata": {"name": SMALL_QUEUE},
+            "metadata": {"name": local_queue},
             "spec": {"clusterQueue": cluster_queue},
         },
     )
     _wait_until(
-        f"LocalQueue {SMALL_QUEUE} Active",
+        f"LocalQueue {local_queue} Active",
         lambda: (
             _kueue_condition(
-                custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", SMALL_QUEUE), "Active"
+                custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", local_queue), "Active"
             ).get("status")
             == "True"
         ),
     )
+    return cluster_queue
+
+
+@pytest.fixture
+def small_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(admin_api)
+    cluster_queue = create_queue(custom, namespace, SMALL_QUEUE, gpus=8)
     yield SmallQueue(custom, namespace, cluster_queue)
     # Kueue's finalizer keeps the ClusterQueue until its Workloads are gone with the namespace.
     custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,9 +32,8 @@ from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.kueue import QueuePositionReader
 from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions, cluster_fetch
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
-from tests.integration.test_kueue import _condition, _workloads
-from tests.integration.test_kueue_preemption import FLAVOR, KUEUE
+from tests.integration.conftest import KUEUE, SmallQueue, _wait_until, create_queue
+from tests.integration.test_kueue import _condition
 
 REPO = Path(__file__).resolve().parents[2]
 VISIBILITY_PORT = int(os.environ.get("DEVCLUSTER_KUEUE_VISIBILITY_PORT", "18085"))
@@ -43,87 +41,13 @@ LOCAL_QUEUE = "positions"
 
 
 @pytest.fixture
-def small_queue(admin_api: Any, namespace: str) -> Iterator[str]:
+def two_gpu_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin_api)
-    cluster_queue = f"positions-{secrets.token_hex(3)}"
-    quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "2"}
-    custom.create_cluster_custom_object(
-        *KUEUE,
-        "clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": cluster_queue},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": list(quota),
-                        "flavors": [
-                            {"name": FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}
-                        ],
-                    }
-                ],
-            },
-        },
-    )
-    custom.create_namespaced_custom_object(
-        *KUEUE,
-        namespace,
-        "localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": LOCAL_QUEUE},
-            "spec": {"clusterQueue": cluster_queue},
-        },
-    )
-    deadline = time.monotonic() + 30
-    while (
-        _condition(custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", LOCAL_QUEUE), "Active").get(
-            "status"
-        )
-        != "True"
-    ):
-        assert time.monotonic() < deadline, f"Kueue did not make LocalQueue {LOCAL_QUEUE} Active"
-        time.sleep(0.5)
-    yield LOCAL_QUEUE
+    cluster_queue = create_queue(custom, namespace, LOCAL_QUEUE, gpus=2)
+    yield SmallQueue(custom, namespace, cluster_queue, name=LOCAL_QUEUE)
     custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
-
-
-def _submit(jobs: Any, namespace: str, name: str) -> str:
-    """A 2-GPU PyTorchJob for the LocalQueue, created as a platform's other users would; its uid."""
-    manifest = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "labels": {QUEUE_NAME_LABEL: LOCAL_QUEUE}},
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Master": {
-                    "replicas": 1,
-                    "restartPolicy": "Never",
-                    "template": {
-                        # How long the local cluster's kwok pods run (its stage, dev/cluster/kwok).
-                        "metadata": {"annotations": {"disttrain.test/run-seconds": "120"}},
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "pytorch",
-                                    "image": "busybox:1.36",
-                                    "command": ["python", "train.py"],
-                                    "resources": {"limits": {"nvidia.com/gpu": "2"}},
-                                }
-                            ]
-                        },
-                    },
-                }
-            }
-        },
-    }
-    created = jobs.custom.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", manifest)
-    return created["metadata"]["uid"]
 
 
 def _visibility_kubeconfig(service_account_kubeconfig: Path, tmp_path: Path) -> Path:
@@ -136,34 +60,22 @@ def _visibility_kubeconfig(service_account_kubeconfig: Path, tmp_path: Path) -> 
 
 
 def test_the_provider_reads_each_waiting_jobs_place_from_the_real_visibility_server(
-    namespace, jobs, small_queue, service_account_kubeconfig, tmp_path, monkeypatch
+    namespace, jobs, two_gpu_queue, service_account_kubeconfig, tmp_path, monkeypatch
 ):
-    uids = {}
     for name in ("first", "second", "third"):
-        uids[name] = _submit(jobs, namespace, name)
+        two_gpu_queue.submit_blocker(name, gpus=2, run_seconds=120)
         # Kueue orders a queue by creation time, which the API gives to the second: one per second.
         time.sleep(1.1)
 
-    def workload_of(uid: str) -> dict[str, Any] | None:
-        return next((w for w in _workloads(jobs, namespace) if w["metadata"]["labels"].get(JOB_UID_LABEL) == uid), None)
+    def admitted_first() -> dict[str, dict[str, Any]] | None:
+        """The Workloads by job name, once Kueue admitted the first (2 GPUs of 2) and holds the other two."""
+        found = {(w["metadata"].get("ownerReferences") or [{}])[0].get("name"): w for w in two_gpu_queue.workloads()}
+        if set(found) != {"first", "second", "third"}:
+            return None
+        admitted = {name for name, w in found.items() if _condition(w, "Admitted").get("status") == "True"}
+        return found if admitted == {"first"} else None
 
-    # Kueue admits the first (2 GPUs of 2); the other two wait for quota.
-    deadline = time.monotonic() + 60
-    while True:
-        workloads = {name: workload_of(uid) for name, uid in uids.items()}
-        if (
-            all(workloads.values())
-            and _condition(workloads["first"], "Admitted").get("status") == "True"
-            and all(_condition(workloads[n], "Admitted").get("status") != "True" for n in ("second", "third"))
-        ):
-            break
-        assert time.monotonic() < deadline, {
-            name: [
-                (c["type"], c["status"], c.get("message")) for c in (w or {}).get("status", {}).get("conditions", [])
-            ]
-            for name, w in workloads.items()
-        }
-        time.sleep(0.5)
+    workloads = _wait_until("Kueue to admit the first job and hold the other two", admitted_first)
     names = {name: w["metadata"]["name"] for name, w in workloads.items() if w}
 
     kubeconfig = _visibility_kubeconfig(service_account_kubeconfig, tmp_path)
@@ -199,7 +111,7 @@ def test_the_provider_reads_each_waiting_jobs_place_from_the_real_visibility_ser
 
 
 def test_without_the_roles_visibility_rule_the_reader_says_so_once_and_stops(
-    namespace, admin_api, jobs, small_queue, service_account_kubeconfig, tmp_path, monkeypatch
+    namespace, admin_api, jobs, two_gpu_queue, service_account_kubeconfig, tmp_path, monkeypatch
 ):
     """The namespace's default service account holds no Role: Kueue's SubjectAccessReview refuses it."""
     from kubernetes import client

@@ -18,18 +18,15 @@ import secrets
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import unique_dag_id
-from tests.integration.test_kueue import _airflow_home, _condition, _workloads
+from tests.integration.conftest import KUEUE, create_queue, unique_dag_id
+from tests.integration.test_kueue import _airflow_home, _workloads
 
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-FLAVOR = "default-flavor"  # dev/cluster/controllers.sh
 PRIORITIES = {"disttrain-it-low": 100, "disttrain-it-high": 10_000}
 LOW_RUN_SECONDS = 90  # long enough to be preempted while it runs, even when a DAG run takes long to start
 HIGH_RUN_SECONDS = 5
@@ -102,55 +99,6 @@ def _ensure_priority_classes(custom: Any) -> None:
                 raise
 
 
-def _preemptible_queue(custom: Any, namespace: str, local_queue: str) -> str:
-    """A LocalQueue in ``namespace`` on a ClusterQueue of its own, of 4 GPUs, where priority preempts;
-    returns the ClusterQueue's name."""
-    cluster_queue = f"preempt-{secrets.token_hex(3)}"
-    quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "4"}
-    custom.create_cluster_custom_object(
-        *KUEUE,
-        "clusterqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": cluster_queue},
-            "spec": {
-                "namespaceSelector": {},
-                "preemption": {"withinClusterQueue": "LowerPriority"},
-                "resourceGroups": [
-                    {
-                        "coveredResources": list(quota),
-                        "flavors": [
-                            {"name": FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}
-                        ],
-                    }
-                ],
-            },
-        },
-    )
-    custom.create_namespaced_custom_object(
-        *KUEUE,
-        namespace,
-        "localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": local_queue},
-            "spec": {"clusterQueue": cluster_queue},
-        },
-    )
-    deadline = time.monotonic() + 30
-    while (
-        _condition(custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", local_queue), "Active").get(
-            "status"
-        )
-        != "True"
-    ):
-        assert time.monotonic() < deadline, f"Kueue did not make LocalQueue {local_queue} Active"
-        time.sleep(0.5)
-    return cluster_queue
-
-
 @pytest.fixture
 def preemptible_queues(admin_api: Any, namespace: str) -> Iterator[dict[str, str]]:
     """Per mode, a LocalQueue on a ClusterQueue of its own: the sync and the deferrable pairs run at once
@@ -160,7 +108,10 @@ def preemptible_queues(admin_api: Any, namespace: str) -> Iterator[dict[str, str
     custom = client.CustomObjectsApi(admin_api)
     _ensure_priority_classes(custom)
     queues = {mode: f"preemptible-{mode}" for mode in MODES}
-    cluster_queues = [_preemptible_queue(custom, namespace, queue) for queue in queues.values()]
+    cluster_queues = [
+        create_queue(custom, namespace, queue, gpus=4, preemption={"withinClusterQueue": "LowerPriority"})
+        for queue in queues.values()
+    ]
     yield queues
     for cluster_queue in cluster_queues:
         custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
