@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -209,14 +210,25 @@ async def test_a_waiting_trigger_outlives_a_plugin_failing_in_the_rebuild(
     assert [event["status"] for event in events] == ["success"] * 3
 
 
-def hung_plugins(plugin: Plugin) -> list[int]:
+def hung_plugins(plugin: Plugin, grace: float = 5.0) -> list[int]:
+    """The plugin's processes still alive ``grace`` seconds after the check starts: a SIGKILL is delivered
+    asynchronously, and on a busy machine the killed process may still be scheduled a moment later."""
     import psutil
 
-    return [
-        child.pid
-        for child in psutil.Process().children()
-        if child.is_running() and child.status() != psutil.STATUS_ZOMBIE and str(plugin.script) in child.cmdline()
-    ]
+    def alive(child: psutil.Process) -> bool:
+        try:
+            return (
+                child.is_running() and child.status() != psutil.STATUS_ZOMBIE and str(plugin.script) in child.cmdline()
+            )
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + grace
+    while (
+        left := [child.pid for child in psutil.Process().children() if alive(child)]
+    ) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 async def _first_event(trigger: TrainingJobTrigger) -> dict[str, Any]:
