@@ -255,7 +255,8 @@ def deploy_model() -> None:
     @task
     def deploy_candidate(triggering_asset_events: Any = None) -> dict[str, Any]:
         """Decide from the training task's Asset event alone: which job trained the model, how well, where."""
-        event = triggering_asset_events[CANDIDATE_MODEL][-1]
+        # The newest: a run consumes every event since the DAG's previous run, in no set order.
+        event = max(triggering_asset_events[CANDIDATE_MODEL], key=lambda event: event.timestamp)
         extra = event.extra
         if "job" not in extra:  # e.g. an event created by hand, through the UI or the REST API
             print(f"the event of {event.source_run_id} names no training job: holding")

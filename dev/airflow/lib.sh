@@ -66,6 +66,26 @@ DEVAIRFLOW_TRIGGERERS="${DEVAIRFLOW_TRIGGERERS:-1}"
 [[ "$DEVAIRFLOW_TRIGGERERS" =~ ^[1-9]$ ]] || die "DEVAIRFLOW_TRIGGERERS must be 1 to 9, not '$DEVAIRFLOW_TRIGGERERS'"
 TRIGGERERS=(triggerer)
 for ((i = 2; i <= DEVAIRFLOW_TRIGGERERS; i++)); do TRIGGERERS+=("triggerer-$i"); done
+# Triggerers serving task queues (Airflow's [triggerer] queues_enabled): DEVAIRFLOW_TRIGGERER_QUEUES="default
+# training" starts triggerer-for-default (`airflow triggerer --queues default`) and triggerer-for-training
+# besides the above, and turns queues_enabled on: a deferred task's trigger then carries the task's
+# `queue` and runs only on a triggerer started with --queues naming it (the above, started without
+# --queues, then run only triggers that carry no queue). A comma joins queues one triggerer serves
+# ("default,training"). Empty (the default): queues_enabled stays off.
+DEVAIRFLOW_TRIGGERER_QUEUES="${DEVAIRFLOW_TRIGGERER_QUEUES:-}"
+for queues in $DEVAIRFLOW_TRIGGERER_QUEUES; do
+  [[ "$queues" =~ ^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$ ]] || die "DEVAIRFLOW_TRIGGERER_QUEUES: bad queue list '$queues'"
+  TRIGGERERS+=("triggerer-for-$queues")
+done
+TRIGGERER_QUEUES_ENABLED=False
+[ -z "$DEVAIRFLOW_TRIGGERER_QUEUES" ] || TRIGGERER_QUEUES_ENABLED=True
+# [scheduler] use_job_schedule (airflow.cfg.template says why it is off): True creates the runs of
+# schedules and of Asset-triggered DAGs.
+DEVAIRFLOW_USE_JOB_SCHEDULE="${DEVAIRFLOW_USE_JOB_SCHEDULE:-False}"
+[[ "$DEVAIRFLOW_USE_JOB_SCHEDULE" =~ ^(True|False)$ ]] \
+  || die "DEVAIRFLOW_USE_JOB_SCHEDULE must be True or False, not '$DEVAIRFLOW_USE_JOB_SCHEDULE'"
+# Where the openlineage provider's file transport appends the deployment's OpenLineage events.
+AF_OPENLINEAGE_FILE="$AF_LOG_DIR/openlineage.jsonl"
 
 # Airflow processes, in start order (down.sh stops them in reverse).
 AIRFLOW_PROCESSES=(scheduler dag-processor "${TRIGGERERS[@]}" api-server)
@@ -74,6 +94,7 @@ AIRFLOW_PROCESSES=(scheduler dag-processor "${TRIGGERERS[@]}" api-server)
 # log server of their own (its port is the first one's); the first one's serves the same log folder.
 airflow_command() {
   case "$1" in
+    triggerer-for-*) echo "triggerer --skip-serve-logs --queues ${1#triggerer-for-}" ;;
     triggerer-*) echo "triggerer --skip-serve-logs" ;;
     *) echo "$1" ;;
   esac

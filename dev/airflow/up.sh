@@ -23,7 +23,14 @@ STARTUP_TIMEOUT="${DEVAIRFLOW_STARTUP_TIMEOUT:-180}"
   || log "ignoring the caller's ${DEVAIRFLOW_IGNORED_VARS[*]} (the deployment's settings are in dev/airflow/airflow.cfg.template)"
 
 "$DEVAIRFLOW_SRC_DIR/postgres.sh"
+config_before="$(cat "$AIRFLOW_HOME/airflow.cfg" 2>/dev/null || true)"
 "$DEVAIRFLOW_SRC_DIR/config.sh"
+# A process reads airflow.cfg when it starts: one already running keeps the settings it started with.
+if [ "$config_before" != "$(cat "$AIRFLOW_HOME/airflow.cfg")" ]; then
+  running=()
+  for name in $(started_processes); do supervisor_pid "$name" >/dev/null && running+=("$name"); done
+  [ ${#running[@]} -eq 0 ] || log "airflow.cfg changed: ${running[*]} keep their old settings until restarted (make airflow-down airflow-up)"
+fi
 "$DEVAIRFLOW_SRC_DIR/connection.sh"
 
 # Migrate only when Airflow's version changed since the last migration (a check costs an Airflow start).

@@ -1,7 +1,7 @@
 """End-to-end fixtures: the local Airflow deployment (make airflow-up) driven through its REST API only,
 and the local cluster (make cluster-up) read with admin credentials to check what the tasks did there.
 
-The tests never import Airflow nor touch its database: they trigger, mark and clear through
+The tests never drive Airflow from Python nor touch its database: they trigger, mark and clear through
 ``/api/v2`` with the token of ``.devairflow/env``, and inject faults into the deployment's processes
 (whose pids the supervisors keep in ``.devairflow/pids/``) the way an operator or a crash would.
 """
@@ -35,7 +35,15 @@ DEVAIRFLOW_DIR = Path(os.environ.get("DEVAIRFLOW_DIR", REPO / ".devairflow"))
 DEVCLUSTER_DIR = Path(os.environ.get("DEVCLUSTER_DIR", REPO / ".devcluster"))
 NAMESPACE = os.environ.get("DEVAIRFLOW_NAMESPACE", "disttrain-airflow")
 E2E_DAGS = Path(__file__).parent / "dags"
-E2E_DAG_IDS = ("disttrain_e2e_fanout", "disttrain_e2e_long", "disttrain_e2e_sync", "disttrain_e2e_orphan")
+E2E_DAG_IDS = (
+    "disttrain_e2e_fanout",
+    "disttrain_e2e_long",
+    "disttrain_e2e_sync",
+    "disttrain_e2e_orphan",
+    "disttrain_e2e_asset_train",
+    "disttrain_e2e_lineage_failure",
+    "disttrain_e2e_queues",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

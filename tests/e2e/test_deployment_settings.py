@@ -8,6 +8,7 @@ the processes it starts (dev/airflow/lib.sh drops them).
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import subprocess
@@ -88,3 +89,47 @@ def test_the_running_processes_hold_none_of_the_callers_open_files() -> None:
         for fd in Path(f"/proc/{pid}/fd").iterdir():
             target = os.readlink(fd) if fd.is_symlink() else ""
             assert not target.endswith(".lock"), f"pid {pid} holds {target}"
+
+
+def test_scheduler_options_and_queue_triggerers_are_set_through_devairflow_variables(tmp_path: Path) -> None:
+    """use_job_schedule and queues_enabled are off unless DEVAIRFLOW_USE_JOB_SCHEDULE and
+    DEVAIRFLOW_TRIGGERER_QUEUES say otherwise; each queue list of the latter is one more triggerer, started
+    with --queues; OpenLineage events go to a file of the deployment either way."""
+    devairflow = tmp_path / "devairflow"
+
+    def render(**settings: str) -> tuple[configparser.ConfigParser, list[str]]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("DEVAIRFLOW_")}
+        env.update(DEVAIRFLOW_DIR=str(devairflow), DEVCLUSTER_DIR=str(tmp_path / "c"), **settings)
+        subprocess.run(["bash", str(AIRFLOW_SCRIPTS / "config.sh")], env=env, check=True, capture_output=True)
+        listing = 'for p in "${AIRFLOW_PROCESSES[@]}"; do echo "$p: $(airflow_command "$p")"; done'
+        script = f"source {AIRFLOW_SCRIPTS / 'lib.sh'} && {listing}"
+        processes = subprocess.run(["bash", "-c", script], env=env, check=True, capture_output=True, text=True)
+        config = configparser.ConfigParser(interpolation=None)
+        config.read(devairflow / "home" / "airflow.cfg")
+        return config, processes.stdout.splitlines()
+
+    config, processes = render()
+    assert (config["scheduler"]["use_job_schedule"], config["triggerer"]["queues_enabled"]) == ("False", "False")
+    assert json.loads(config["openlineage"]["transport"]) == {
+        "type": "file",
+        "log_file_path": str(devairflow / "logs" / "openlineage.jsonl"),
+        "append": True,
+    }
+    assert processes == [
+        "scheduler: scheduler",
+        "dag-processor: dag-processor",
+        "triggerer: triggerer",
+        "api-server: api-server",
+    ]
+
+    config, processes = render(
+        DEVAIRFLOW_USE_JOB_SCHEDULE="True",
+        DEVAIRFLOW_TRIGGERERS="2",
+        DEVAIRFLOW_TRIGGERER_QUEUES="default training,gpu",
+    )
+    assert (config["scheduler"]["use_job_schedule"], config["triggerer"]["queues_enabled"]) == ("True", "True")
+    assert processes[3:6] == [
+        "triggerer-2: triggerer --skip-serve-logs",
+        "triggerer-for-default: triggerer --skip-serve-logs --queues default",
+        "triggerer-for-training,gpu: triggerer --skip-serve-logs --queues training,gpu",
+    ]

@@ -81,9 +81,12 @@ def test_the_deployment_decides_from_the_training_tasks_asset_event_alone() -> N
         "job": {"kind": "PyTorchJob", "namespace": "ml", "name": "train-x1", "uid": "u-1"},
         "metrics": {"accuracy": 0.93},
     }
-    event = SimpleNamespace(extra=extra, source_run_id="manual__2026-01-05T00:00:00+00:00")
+    event = SimpleNamespace(extra=extra, source_run_id="manual__2026-01-05T00:00:00+00:00", timestamp=2)
+    # An older event the same run consumed (every event since the DAG's previous run, in no set order).
+    older = SimpleNamespace(extra={**extra, "metrics": {"accuracy": 0.5}}, source_run_id="manual__old", timestamp=1)
 
-    decided = deploy.python_callable(triggering_asset_events={model: [event]})
+    decided = deploy.python_callable(triggering_asset_events={model: [event, older]})
+    assert deploy.python_callable(triggering_asset_events={model: [older, event]}) == decided
 
     assert decided == {
         "model": "file:///mnt/shared/models/manual__2026-01-05T00_00_00_00_00",
@@ -97,7 +100,7 @@ def test_the_deployment_decides_from_the_training_tasks_asset_event_alone() -> N
         }
     )
     assert held["decision"] == "hold"
-    by_hand = SimpleNamespace(extra={}, source_run_id=None)
+    by_hand = SimpleNamespace(extra={}, source_run_id=None, timestamp=3)
     assert deploy.python_callable(triggering_asset_events={model: [by_hand]})["decision"] == "hold"
 
 

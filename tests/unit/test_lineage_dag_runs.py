@@ -16,20 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+from openlineage.client.event_v2 import RunEvent, RunState
 from openlineage.client.serde import Serde
 
 from airflow_provider_disttrain.hooks import shared_watch
-from airflow_provider_disttrain.lineage_facets import (
-    FAILURE_FACET,
-    JOB_FACET,
-    METRICS_FACET,
-    PRODUCER,
-    TrainingFailureRunFacet,
-    TrainingJobRunFacet,
-    TrainingMetricsRunFacet,
-)
+from airflow_provider_disttrain.lineage_facets import FAILURE_FACET, JOB_FACET, METRICS_FACET, PRODUCER
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from tests.openlineage_events import pairs, parse_event
 from tests.unit.fakes import FakeTrainingJobHook, InMemoryWatches, failed_status, running_status, succeeded_status
 from tests.unit.operators.test_training_job import add_failing_pods
 from tests.unit.operators.test_training_job_metrics import finished_pods
@@ -58,36 +51,6 @@ with DAG(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1,
         retries=0,
     )
 """
-
-FACET_CLASSES: dict[str, Any] = {
-    JOB_FACET: TrainingJobRunFacet,
-    METRICS_FACET: TrainingMetricsRunFacet,
-    FAILURE_FACET: TrainingFailureRunFacet,
-}
-
-
-def parse_event(line: str) -> RunEvent:
-    """One event of the file transport as openlineage-python's ``RunEvent`` (its validators run), with the
-    provider's run facets as their classes; the other facets (Airflow's own) are left out."""
-    raw = json.loads(line)
-    facets = {
-        key: FACET_CLASSES[key](
-            producer=value["_producer"], **{k: v for k, v in value.items() if not k.startswith("_")}
-        )
-        for key, value in raw["run"]["facets"].items()
-        if key in FACET_CLASSES
-    }
-    for key, facet in facets.items():
-        assert facet._schemaURL == raw["run"]["facets"][key]["_schemaURL"]
-    return RunEvent(
-        eventType=RunState(raw["eventType"]),
-        eventTime=raw["eventTime"],
-        run=Run(runId=raw["run"]["runId"], facets=facets),
-        job=Job(namespace=raw["job"]["namespace"], name=raw["job"]["name"]),
-        producer=raw["producer"],
-        inputs=[InputDataset(namespace=d["namespace"], name=d["name"]) for d in raw.get("inputs") or []],
-        outputs=[OutputDataset(namespace=d["namespace"], name=d["name"]) for d in raw.get("outputs") or []],
-    )
 
 
 @pytest.fixture
@@ -170,10 +133,6 @@ def asset_events(dag_id: str) -> list[dict[str, Any]]:
             .where(AssetEvent.source_dag_id == dag_id)
         )
         return [{"uri": uri, "extra": extra} for uri, extra in rows]
-
-
-def pairs(datasets: list[Any] | None) -> list[tuple[str, str]]:
-    return [(dataset.namespace, dataset.name) for dataset in datasets or []]
 
 
 def check_start(event: RunEvent, dag_id: str) -> None:

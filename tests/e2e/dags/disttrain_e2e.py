@@ -4,9 +4,15 @@ Each run's ``conf`` sets how many training jobs start and how long their pods ru
 (kwok) cluster, through the ``disttrain.test/run-seconds`` pod annotation. Jobs are never deleted on
 finish, so a test can count them afterwards; the tests delete them themselves.
 
-The fan-out and the synchronous DAGs create their jobs suspended (``runPolicy.suspend``), as a
-queueing system such as Kueue holds a job until it admits it: their tasks wait for as long as the test
-needs, however slowly the machine starts them, and the test then releases the jobs.
+The fan-out, the synchronous and the queue-routing DAGs create their jobs suspended
+(``runPolicy.suspend``), as a queueing system such as Kueue holds a job until it admits it: their tasks
+wait for as long as the test needs, however slowly the machine starts them, and the test then releases
+the jobs.
+
+``disttrain_e2e_asset_train`` stands between the retraining example's ingestion and deployment DAGs
+(example_dags/retraining_pipeline.py): scheduled on the example's data Asset, it declares the example's
+model Asset as its output, trains for seconds on kwok, and reports metrics as the example's trainer does
+(its termination message).
 """
 
 from __future__ import annotations
@@ -14,12 +20,19 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import dag, task
+from airflow.sdk import Asset, dag, task
 
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 
 RUN_SECONDS = "disttrain.test/run-seconds"
+EXIT_CODE = "disttrain.test/exit-code"
+REASON = "disttrain.test/reason"
+TERMINATION_MESSAGE = "disttrain.test/termination-message"
+# The retraining example's Assets (same name and URI: the same Assets to Airflow).
+TRAINING_DATA = Asset(name="disttrain_training_data", uri="file:///mnt/shared/incoming")
+CANDIDATE_MODEL = Asset(name="disttrain_candidate_model", uri="file:///mnt/shared/models")
+ASSET_TRAIN_METRICS = '{"accuracy": 0.91, "loss": 0.24}'
 COMMON = {
     "image": "busybox:1.36",
     "command": ["python", "train.py"],
@@ -98,7 +111,57 @@ def orphan() -> None:
     PyTorchJobOperator(task_id="deferred", deferrable=True, **long_job)
 
 
+@dag(dag_id="disttrain_e2e_asset_train", schedule=TRAINING_DATA, start_date=START, tags=["disttrain-e2e"])
+def asset_train() -> None:
+    """Trains when the example's ingestion DAG updates its data Asset; a success emits the model Asset's
+    event (its extra: the job, its metrics, the model's URI) that the example's deployment DAG starts on."""
+    PyTorchJobOperator(
+        task_id="train",
+        deferrable=False,
+        inlets=[TRAINING_DATA],
+        outlets=[CANDIDATE_MODEL],
+        annotations={RUN_SECONDS: "3", TERMINATION_MESSAGE: ASSET_TRAIN_METRICS},
+        retries=0,
+        **COMMON,
+    )
+
+
+@dag(dag_id="disttrain_e2e_lineage_failure", schedule=None, start_date=START, tags=["disttrain-e2e"])
+def lineage_failure() -> None:
+    """A training job whose Master is OOMKilled: the job fails (its pods are not restarted), and so does
+    the task (no retry)."""
+    PyTorchJobOperator(
+        task_id="train",
+        deferrable=False,
+        restart_policy="Never",
+        inlets=[TRAINING_DATA],
+        outlets=[CANDIDATE_MODEL],
+        annotations={RUN_SECONDS: "2", REASON: "OOMKilled", EXIT_CODE: "137"},
+        retries=0,
+        **COMMON,
+    )
+
+
+@dag(dag_id="disttrain_e2e_queues", schedule=None, start_date=START, tags=["disttrain-e2e"])
+def queues() -> None:
+    """``conf["count"]`` deferred training tasks on Airflow's default queue and as many on the
+    ``training`` queue, their jobs held suspended: with ``[triggerer] queues_enabled`` their triggers
+    carry the queue, and only a triggerer started with ``--queues`` naming it runs them."""
+
+    @task
+    def shards(dag_run=None) -> list[list[str]]:
+        return [["--shard", str(index)] for index in range(int(dag_run.conf.get("count", 2)))]
+
+    shard_args = shards()
+    held = {"deferrable": True, "job_manifest": HELD, "with_master": False, **COMMON}
+    PyTorchJobOperator.partial(task_id="train_default_queue", **held).expand(args=shard_args)
+    PyTorchJobOperator.partial(task_id="train_training_queue", queue="training", **held).expand(args=shard_args)
+
+
 fanout()
 long_running()
 synchronous()
 orphan()
+asset_train()
+lineage_failure()
+queues()
