@@ -331,11 +331,11 @@ KUEUE_FLAVOR = "default-flavor"  # dev/cluster/controllers.sh
 SMALL_QUEUE = "small-queue"
 
 
-def _kueue_condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+def kueue_condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
     return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 
 
-def _wait_until(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
+def wait_until(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
     deadline = time.monotonic() + timeout
     while not (value := probe()):
         if time.monotonic() > deadline:
@@ -430,10 +430,10 @@ def create_queue(
             "spec": {"clusterQueue": cluster_queue},
         },
     )
-    _wait_until(
+    wait_until(
         f"LocalQueue {local_queue} Active",
         lambda: (
-            _kueue_condition(
+            kueue_condition(
                 custom.get_namespaced_custom_object(*KUEUE, namespace, "localqueues", local_queue), "Active"
             ).get("status")
             == "True"

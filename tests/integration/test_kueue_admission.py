@@ -16,31 +16,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from airflow_provider_disttrain.parameters import WaitPolicy
-from tests.integration.conftest import SMALL_QUEUE, training_dag, unique_dag_id
+from tests.integration.conftest import SMALL_QUEUE, kueue_condition, training_dag, unique_dag_id, wait_until
 
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
 QUEUE_TIMEOUT = 1800  # what the tasks would wait without Kueue's final word
 FAST = 300  # each task ends well within this (dag.test() itself on a loaded machine, a deferred task's 10 s settle)
 DEFERRABLE = pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-
-
-def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
-    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
-
-
-def _wait(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.5)
-    return value
 
 
 def _run(run_dag: Any, capfd: Any, dag_id: str, **operator_args: Any) -> tuple[Any, str, float]:
@@ -140,18 +125,18 @@ def test_a_local_queue_stopped_while_the_job_waits_ends_the_wait_in_kueues_words
     # Workload reconciler reads the ClusterQueue's state from a cache the ClusterQueue's own controller
     # may not have updated yet, and keeps the scheduler's WaitingForQuota.)
     small_queue.submit_blocker("holds-the-gpus", gpus=8, run_seconds=90)
-    _wait(
+    wait_until(
         "the blocker admitted",
-        lambda: any(_condition(w, "Admitted").get("status") == "True" for w in small_queue.workloads()),
+        lambda: any(kueue_condition(w, "Admitted").get("status") == "True" for w in small_queue.workloads()),
     )
     dag_id = unique_dag_id("kueue_stopped_later")
     job_name = f"waits-{dag_id[-6:]}"
 
     def stop_once_waiting() -> None:
-        _wait(
+        wait_until(
             "the task's job waiting for quota",
             lambda: any(
-                _condition(w, "QuotaReserved").get("reason") == "WaitingForQuota"
+                kueue_condition(w, "QuotaReserved").get("reason") == "WaitingForQuota"
                 and w["metadata"]["ownerReferences"][0]["name"] == job_name
                 for w in small_queue.workloads()
             ),

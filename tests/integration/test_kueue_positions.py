@@ -32,7 +32,7 @@ from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.kueue import QueuePositionReader
 from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions, cluster_fetch
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-from tests.integration.conftest import KUEUE, SmallQueue, _wait_until, create_queue
+from tests.integration.conftest import KUEUE, SmallQueue, create_queue, wait_until
 from tests.integration.test_kueue import _condition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def test_the_provider_reads_each_waiting_jobs_place_from_the_real_visibility_ser
         admitted = {name for name, w in found.items() if _condition(w, "Admitted").get("status") == "True"}
         return found if admitted == {"first"} else None
 
-    workloads = _wait_until("Kueue to admit the first job and hold the other two", admitted_first)
+    workloads = wait_until("Kueue to admit the first job and hold the other two", admitted_first)
     names = {name: w["metadata"]["name"] for name, w in workloads.items() if w}
 
     kubeconfig = _visibility_kubeconfig(service_account_kubeconfig, tmp_path)
