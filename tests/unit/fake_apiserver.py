@@ -34,6 +34,34 @@ from aiohttp import web
 from airflow_provider_disttrain.clock import SYSTEM, Clock
 
 
+def pending_workloads_summary(workloads: list[dict[str, Any]], namespace: str, local_queue: str) -> dict[str, Any]:
+    """Kueue's visibility answer for a LocalQueue, as Kueue orders one without priorities: of ``workloads``
+    (the caller's candidates for the queue), those not admitted, oldest first; the position in the
+    ClusterQueue is taken to be the same (one LocalQueue per ClusterQueue)."""
+    pending = sorted(
+        (
+            w
+            for w in workloads
+            if not any(
+                c.get("type") == "Admitted" and c.get("status") == "True"
+                for c in (w.get("status") or {}).get("conditions") or []
+            )
+        ),
+        key=lambda w: (str(w["metadata"].get("creationTimestamp") or ""), w["metadata"]["name"]),
+    )
+    items = [
+        {
+            "metadata": {"name": w["metadata"]["name"], "namespace": namespace},
+            "localQueueName": local_queue,
+            "positionInLocalQueue": index,
+            "positionInClusterQueue": index,
+            "priority": 0,
+        }
+        for index, w in enumerate(pending)
+    ]
+    return {"kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta2", "items": items}
+
+
 def _status(code: int, reason: str, message: str) -> web.Response:
     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message}
     return web.json_response({**body, "code": code}, status=code)
@@ -305,39 +333,19 @@ class FakeApiServer:
         return web.json_response(obj)
 
     async def _pending_workloads(self, request: web.Request) -> web.Response:
-        """A LocalQueue's PendingWorkloadsSummary as Kueue orders one without priorities: its Workloads
-        (``spec.queueName``) not admitted, oldest first; the position in the ClusterQueue is taken to be
-        the same (one LocalQueue per ClusterQueue)."""
+        """A LocalQueue's PendingWorkloadsSummary (``pending_workloads_summary``) from the Workloads held
+        for it (``spec.queueName``)."""
         if refusal := self._refusal(request, "get"):
             return refusal
         namespace, queue = request.match_info["namespace"], request.match_info["name"]
-        pending = sorted(
-            (
-                obj
-                for (obj_namespace, plural, _), obj in self.objects.items()
-                if plural == "workloads"
-                and obj_namespace == namespace
-                and (obj.get("spec") or {}).get("queueName") == queue
-                and not any(
-                    c.get("type") == "Admitted" and c.get("status") == "True"
-                    for c in (obj.get("status") or {}).get("conditions") or []
-                )
-            ),
-            key=lambda obj: (str(obj["metadata"].get("creationTimestamp") or ""), obj["metadata"]["name"]),
-        )
-        items = [
-            {
-                "metadata": {"name": obj["metadata"]["name"], "namespace": namespace},
-                "localQueueName": queue,
-                "positionInLocalQueue": index,
-                "positionInClusterQueue": index,
-                "priority": 0,
-            }
-            for index, obj in enumerate(pending)
+        candidates = [
+            obj
+            for (obj_namespace, plural, _), obj in self.objects.items()
+            if plural == "workloads"
+            and obj_namespace == namespace
+            and (obj.get("spec") or {}).get("queueName") == queue
         ]
-        return web.json_response(
-            {"kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta2", "items": items}
-        )
+        return web.json_response(pending_workloads_summary(candidates, namespace, queue))
 
     async def _patch(self, request: web.Request) -> web.Response:
         if refusal := self._refusal(request, "patch"):

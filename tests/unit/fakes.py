@@ -381,28 +381,15 @@ class FakeTrainingJobHook:
         return copy.deepcopy(dict(workload)) if workload is not None else None
 
     def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
-        """Kueue's visibility answer, as Kueue orders a LocalQueue without priorities: the namespace's
-        Workloads not admitted, oldest first (``visibility_error``, when set, is raised instead)."""
-        from airflow_provider_disttrain.kueue import is_admitted
+        """Kueue's visibility answer (``fake_apiserver.pending_workloads_summary``) over the namespace's
+        Workloads (``visibility_error``, when set, is raised instead)."""
+        from tests.unit.fake_apiserver import pending_workloads_summary
 
         self._record("pending_workloads", namespace, local_queue)
         if self.visibility_error is not None:
             raise self.visibility_error
-        pending = sorted(
-            (w for w in self.workloads if w["metadata"].get("namespace") == namespace and not is_admitted(w)),
-            key=lambda w: str(w["metadata"].get("creationTimestamp") or ""),
-        )
-        items = [
-            {
-                "metadata": {"name": w["metadata"]["name"], "namespace": namespace},
-                "localQueueName": local_queue,
-                "positionInLocalQueue": index,
-                "positionInClusterQueue": index,
-                "priority": 0,
-            }
-            for index, w in enumerate(pending)
-        ]
-        return {"kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta2", "items": items}
+        candidates = [w for w in self.workloads if w["metadata"].get("namespace") == namespace]
+        return pending_workloads_summary(candidates, namespace, local_queue)
 
     def get_kueue_queue(self, resource: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         self._record("get_kueue_queue", resource.kind, name, namespace)
