@@ -23,6 +23,7 @@ from airflow_provider_disttrain.manifest.pod_validation import validate_size_lim
 IF_EXISTS_CHOICES = ("reattach", "fail", "replace")
 DELETE_ON_FINISH_CHOICES = ("never", "succeeded", "always")
 NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
+DEFAULT_PROGRESS_INTERVAL_SECONDS = 30.0
 
 
 # -- validators ------------------------------------------------------------------------------------
@@ -179,16 +180,21 @@ class WaitPolicy:
         task's ``execution_timeout``. For a job Kueue holds, the clock starts when Kueue admits it.
     :param queue_timeout: how long a job in a Kueue ``local_queue`` may wait for its first admission
         (default: no limit); past it the task fails with Kueue's reason and the job is deleted.
+    :param progress_interval: after a burst of three, at most one progress line per this many seconds in
+        a deferred task's log (default 30 s); changes in between are coalesced into the next line, and
+        the job's end, or its loss of Kueue's admission, is always written at once.
     """
 
     poll_interval: timedelta | float = 10.0
     startup_timeout: timedelta | float | None = timedelta(hours=1)
     queue_timeout: timedelta | float | None = None
+    progress_interval: timedelta | float = DEFAULT_PROGRESS_INTERVAL_SECONDS
 
     def __post_init__(self) -> None:
         positive_seconds(self.poll_interval, "wait_policy.poll_interval")
         positive_seconds(self.startup_timeout, "wait_policy.startup_timeout")
         positive_seconds(self.queue_timeout, "wait_policy.queue_timeout")
+        positive_seconds(self.progress_interval, "wait_policy.progress_interval")
 
     @property
     def poll_seconds(self) -> float:
@@ -201,6 +207,11 @@ class WaitPolicy:
     @property
     def queue_seconds(self) -> float | None:
         return positive_seconds(self.queue_timeout, "wait_policy.queue_timeout")
+
+    @property
+    def progress_seconds(self) -> float:
+        seconds = positive_seconds(self.progress_interval, "wait_policy.progress_interval")
+        return DEFAULT_PROGRESS_INTERVAL_SECONDS if seconds is None else seconds
 
 
 @dataclass(frozen=True)

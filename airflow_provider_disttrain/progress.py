@@ -21,10 +21,10 @@ from typing import Any
 
 from airflow_provider_disttrain.conditions import conditions
 from airflow_provider_disttrain.kueue import held_by_kueue
+from airflow_provider_disttrain.parameters import DEFAULT_PROGRESS_INTERVAL_SECONDS
 from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state
 from airflow_provider_disttrain.trainer_status import describe_progress, trainer_progress
 
-DEFAULT_INTERVAL_SECONDS = 30.0
 DEFAULT_BURST = 3
 _UNSCHEDULABLE = "unschedulable"
 
@@ -72,7 +72,7 @@ class ProgressTracker:
 
     __slots__ = ("_held", "_pending", "_refilled_at", "_restarts", "_said", "_tokens", "burst", "interval")
 
-    def __init__(self, *, interval: float = DEFAULT_INTERVAL_SECONDS, burst: int = DEFAULT_BURST) -> None:
+    def __init__(self, *, interval: float = DEFAULT_PROGRESS_INTERVAL_SECONDS, burst: int = DEFAULT_BURST) -> None:
         if interval <= 0 or burst < 1:
             raise ValueError(f"progress throttle: expected interval > 0 and burst >= 1, got {interval!r}, {burst!r}")
         self.interval = interval

@@ -86,12 +86,24 @@ def is_transient(error: BaseException) -> bool:
     ).__module__.split(".")[0] in ("urllib3", "aiohttp")
 
 
+def _counted_transient(error: BaseException) -> bool:
+    """``is_transient``, counting the failed request in the metrics on the way (tenacity asks once per
+    failed attempt). A 404 or 409 is an answer the callers expect (absent, already there), not counted."""
+    if api_status(error) not in (404, 409):
+        # Here, not at the top: faults imports this module.
+        from airflow_provider_disttrain import telemetry
+        from airflow_provider_disttrain.hooks.faults import error_class
+
+        telemetry.api_error(error_class(error))
+    return is_transient(error)
+
+
 def retry_transient(attempts: int = API_ATTEMPTS) -> Any:
     """Decorator retrying transient API failures with exponential backoff (sync or async functions)."""
     return tenacity.retry(
         stop=tenacity.stop_after_attempt(attempts),
         wait=tenacity.wait_exponential(multiplier=0.5, max=8),
-        retry=tenacity.retry_if_exception(is_transient),
+        retry=tenacity.retry_if_exception(_counted_transient),
         reraise=True,
     )
 

@@ -94,3 +94,25 @@ def classify(error: BaseException) -> Fault:
     # certificate that is wrong on every attempt: the hooks' shared rule (``api_errors.is_transient``).
     # A bug or a malformed kubeconfig (KeyError, TypeError, ConfigException) is fatal there too.
     return Fault(Action.RETRY if is_transient(error) else Action.FATAL, None)
+
+
+# Metric classes of the answers that carry a status (``error_class``); other 4xx are ``client``.
+_STATUS_CLASSES = {410: "expired", 401: "unauthorized", 403: "forbidden", 429: "throttled", 408: "server"}
+
+
+def error_class(error: BaseException) -> str:
+    """The class an error is counted under in the metrics (``telemetry``): what a platform team acts on.
+
+    ``connection`` (no answer: refused, reset, timed out, a silent watch), ``stream`` (a watch stream cut
+    in the middle of an event), ``credentials`` (the kubeconfig's plugin failed or hung), ``expired``
+    (410: relisted), ``unauthorized`` (401), ``forbidden`` (403), ``throttled`` (429), ``server`` (5xx,
+    408), ``client`` (another 4xx), ``local`` (a kubeconfig, file or certificate that is wrong).
+    """
+    status = api_status(error)
+    if status is not None:
+        return _STATUS_CLASSES.get(status) or ("server" if status >= 500 else "client")
+    if isinstance(error, json.JSONDecodeError):
+        return "stream"
+    if _is_plugin_failure(error) or type(error).__name__ == "CredentialsUnavailable":
+        return "credentials"
+    return "connection" if classify(error).action is Action.RETRY else "local"

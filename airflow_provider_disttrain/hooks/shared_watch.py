@@ -42,12 +42,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_disttrain import clock as clocks
+from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.async_training_job import raise_for_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
-from airflow_provider_disttrain.hooks.faults import Action, Fault, classify
+from airflow_provider_disttrain.hooks.faults import Action, Fault, classify, error_class
 from airflow_provider_disttrain.kinds import ApiResource, JobKind
 
 LINGER_SECONDS = 5.0
@@ -287,6 +288,7 @@ class SharedWatch:
                 raise
             except Exception as error:
                 fault = classify(error)
+                self._count(error)
                 if self.clock.monotonic() - started >= HEALTHY_WATCH_SECONDS:
                     failures = broken_watches = 0
                 failures += 1
@@ -316,6 +318,13 @@ class SharedWatch:
                 delay = min(self._backoff_cap(), MIN_BACKOFF_SECONDS * 2 ** min(failures, 8))
                 log.debug("Watch %s failed (%r); retrying in %.1fs", self.key, error, delay)
                 await self.clock.sleep(delay * random.uniform(0.5, 1.0))
+
+    def _count(self, error: BaseException) -> None:
+        """The metrics of a broken request: an API error, and a restart of this watch, by error class."""
+        broken = error_class(error)
+        tags = {"kind": self.key.kind, "namespace": self.key.namespace}
+        telemetry.api_error(broken, **tags)
+        telemetry.watch_restart(broken, **tags)
 
     async def _renew(self, generation: int) -> bool:
         log.info("Watch %s: the API server answered 401; renewing the credentials", self.key)

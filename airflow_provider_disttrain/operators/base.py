@@ -22,6 +22,7 @@ from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.exceptions import JobInadmissibleError
+from airflow_provider_disttrain.gpus import gpus_per_replica
 from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, queue_name, validate_queue_name
@@ -315,7 +316,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             now=now,
         )
         if self.deferrable and not job_state(job).is_terminal:
-            self._defer(hook, deadlines, reattached=reattached)
+            self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job))
         try:
             outcome = self._wait(hook, ref, deadlines)
         except AirflowTaskTimeout:
@@ -397,7 +398,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
 
     # -- waiting --------------------------------------------------------------------------------------
 
-    def _defer(self, hook: TrainingJobHook, deadlines: Deadlines, *, reattached: bool) -> None:
+    def _defer(self, hook: TrainingJobHook, deadlines: Deadlines, *, reattached: bool, gpus: dict[str, int]) -> None:
         from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
         assert self._job_ref is not None
@@ -411,6 +412,8 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
                 queue_deadline=deadlines.queue,
                 execution_deadline=deadlines.execution,
                 poll_interval=self.wait_policy.poll_seconds,
+                progress_interval=self.wait_policy.progress_seconds,
+                gpus_per_replica=gpus,
                 delete_on_kill=self.cleanup_policy.on_kill,
                 stream_logs=self.stream_logs,
                 connection=hook.trigger_connection(),

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_disttrain import clock as clocks
+from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.deadlines import Deadlines
+from airflow_provider_disttrain.gpus import gpus_held
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import classify
 from airflow_provider_disttrain.kinds import get_job_kind
@@ -39,6 +41,7 @@ from airflow_provider_disttrain.kueue_position import QueuePosition
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
+from airflow_provider_disttrain.parameters import DEFAULT_PROGRESS_INTERVAL_SECONDS
 from airflow_provider_disttrain.progress import ProgressTracker
 from airflow_provider_disttrain.status import JobState, has_run, job_state
 
@@ -97,6 +100,9 @@ class TrainingJobTrigger(BaseTrigger):
     :param queue_deadline: epoch seconds by which Kueue must have admitted a job it holds (``queue_timeout``).
     :param poll_interval: seconds between reads when polling, and the base of the error backoff.
     :param watch_timeout: seconds one watch request stays open before it is renewed.
+    :param progress_interval: after a burst, at most one progress line per this many seconds.
+    :param gpus_per_replica: GPUs one pod of each replica type asks for (the manifest's, which the watch's
+        view leaves out), for the ``disttrain.gpus_held`` metric; None when not known (a sensor).
     :param api_failure_tolerance: seconds of continuous API failure before giving up with an error.
     :param delete_on_kill: delete the job when a user kills the deferred task.
     :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
@@ -118,6 +124,8 @@ class TrainingJobTrigger(BaseTrigger):
         queue_deadline: float | None = None,
         poll_interval: float = 10.0,
         watch_timeout: int = 300,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
+        gpus_per_replica: Mapping[str, int] | None = None,
         api_failure_tolerance: float = 300.0,
         delete_on_kill: bool = True,
         stream_logs: bool = False,
@@ -142,6 +150,8 @@ class TrainingJobTrigger(BaseTrigger):
         self.queue_deadline = queue_deadline
         self.poll_interval = poll_interval
         self.watch_timeout = watch_timeout
+        self.progress_interval = progress_interval
+        self.gpus_per_replica = dict(gpus_per_replica) if gpus_per_replica else None
         self.api_failure_tolerance = api_failure_tolerance
         self.delete_on_kill = delete_on_kill
         self.stream_logs = stream_logs
@@ -152,7 +162,7 @@ class TrainingJobTrigger(BaseTrigger):
         self._workload = _WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
-        self._progress = ProgressTracker()
+        self._progress = ProgressTracker(interval=progress_interval)
         self.clock: Clock | None = None
         """What tells the time (deadlines, outage lengths); the running loop's clock unless set."""
 
@@ -170,6 +180,8 @@ class TrainingJobTrigger(BaseTrigger):
                 "queue_deadline": self.queue_deadline,
                 "poll_interval": self.poll_interval,
                 "watch_timeout": self.watch_timeout,
+                "progress_interval": self.progress_interval,
+                "gpus_per_replica": self.gpus_per_replica,
                 "api_failure_tolerance": self.api_failure_tolerance,
                 "delete_on_kill": self.delete_on_kill,
                 "stream_logs": self.stream_logs,
@@ -240,6 +252,7 @@ class TrainingJobTrigger(BaseTrigger):
             # the one saved at most SAVE_EVERY_SECONDS ago lets the next trigger read on.
             await self._stop_following_logs(save=ended)
             await self._workload.stop()
+            telemetry.census.forget(self._census_key)
         if (early := SETTLE_SECONDS - (clock.monotonic() - started)) > 0:
             await clock.sleep(early)
         yield TriggerEvent(outcome)
@@ -368,6 +381,15 @@ class TrainingJobTrigger(BaseTrigger):
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""
         if line := self._progress.observe(job, now=self._clock().wall(), waiting_reason=waiting_reason):
             self.log.info("%s: %s", self.ref.title, line)
+        state = job_state(job)
+        if state.is_terminal:
+            telemetry.census.forget(self._census_key)
+        else:
+            telemetry.census.observe(self._census_key, state.value, gpus_held(job, self.gpus_per_replica or {}))
+
+    @property
+    def _census_key(self) -> str:
+        return f"{self.ref.title}#{id(self)}"
 
     def _judge_problem(
         self, problem: WatchProblem | None, had_access: bool, job: dict[str, Any] | None

@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow_provider_disttrain.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.diagnostics import pod_problems, replica_name
+from airflow_provider_disttrain.gpus import gpus_held, replica_specs
 from airflow_provider_disttrain.kinds import kind_of
 from airflow_provider_disttrain.kueue import admitted_at, held_by_kueue, queue_name, waiting_message
 from airflow_provider_disttrain.naming import (
@@ -37,8 +38,6 @@ from airflow_provider_disttrain.status import (
     replica_counts,
 )
 
-# Extended resources counted as GPUs: any ``<vendor>/gpu`` (nvidia.com/gpu, amd.com/gpu, ...).
-GPU_SUFFIX = "/gpu"
 NEWEST_CONDITIONS = 5
 NEWEST_EVENTS = 5
 
@@ -49,42 +48,6 @@ def _metadata(job: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _labels(job: Mapping[str, Any]) -> Mapping[str, str]:
     return _metadata(job).get("labels") or {}
-
-
-def _gpus_of_pod_template(template: Mapping[str, Any]) -> int:
-    containers = ((template.get("spec") or {}).get("containers")) or []
-    total = 0
-    for container in containers:
-        limits = ((container.get("resources") or {}).get("limits")) or {}
-        total += sum(int(str(value)) for name, value in limits.items() if str(name).endswith(GPU_SUFFIX))
-    return total
-
-
-def replica_specs(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
-    """Per replica type: ``desired`` replicas and ``gpus`` per replica, from the job's spec.
-
-    A TrainJob has no replica specs: its ``node`` replicated job has ``numNodes`` pods, each with the
-    trainer's ``resourcesPerNode``.
-    """
-    kind = kind_of(job)
-    spec = job.get("spec") or {}
-    if kind.node_count_path is not None:
-        # Pods from a runtime (TrainJob): the node count's section holds the per-node resources beside it.
-        section: Mapping[str, Any] = job
-        for key in kind.node_count_path[:-1]:
-            section = section.get(key) or {}
-        limits = ((section.get("resourcesPerNode") or {}).get("limits")) or {}
-        gpus = sum(int(str(value)) for name, value in limits.items() if str(name).endswith(GPU_SUFFIX))
-        return {kind.worker_replica: {"desired": int(section.get(kind.node_count_path[-1]) or 1), "gpus": gpus}}
-    specs = spec.get(kind.replica_specs_key or "") or {}
-    return {
-        str(replica): {
-            "desired": int(replica_spec.get("replicas") or 1),
-            "gpus": _gpus_of_pod_template(replica_spec.get("template") or {}),
-        }
-        for replica, replica_spec in specs.items()
-        if isinstance(replica_spec, Mapping)
-    }
 
 
 def restarts(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -119,13 +82,6 @@ def replicas(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = 
             }
         )
     return rows
-
-
-def gpus_held(job: Mapping[str, Any]) -> int:
-    """GPUs the job's pods hold now: its active replicas times their GPUs; none while suspended or done."""
-    if job_state(job) in (JobState.SUSPENDED, JobState.SUCCEEDED, JobState.FAILED):
-        return 0
-    return sum(row["active"] * row["gpus_per_replica"] for row in replicas(job))
 
 
 def _first_true(job: Mapping[str, Any], types: Iterable[str]) -> str | None:

@@ -40,6 +40,9 @@ DEVAIRFLOW_API_URL="http://127.0.0.1:$DEVAIRFLOW_API_PORT"
 # The scheduler's and the triggerer's log servers (defaults 8793/8794 clash with any other Airflow).
 DEVAIRFLOW_WORKER_LOG_PORT="${DEVAIRFLOW_WORKER_LOG_PORT:-28793}"
 DEVAIRFLOW_TRIGGER_LOG_PORT="${DEVAIRFLOW_TRIGGER_LOG_PORT:-28794}"
+# Where every process sends its metrics (StatsD over UDP on loopback; Airflow's own and the provider's
+# disttrain.*): point a StatsD agent or `nc -ul 127.0.0.1 28125` at it. Nothing needs to listen.
+DEVAIRFLOW_STATSD_PORT="${DEVAIRFLOW_STATSD_PORT:-28125}"
 
 # Where the provider's jobs go: one namespace whose service account holds exactly deploy/rbac/role.yaml.
 DEVAIRFLOW_NAMESPACE="${DEVAIRFLOW_NAMESPACE:-disttrain-airflow}"

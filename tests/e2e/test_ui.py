@@ -1,4 +1,5 @@
-"""The UI plugin in the deployment: its API behind Airflow's login, and the tab and page in a real browser.
+"""The UI plugin in the deployment: its API behind Airflow's login, and the tab and page in a real browser;
+and the metrics the real triggerer sends while it waits for that job (one job for both: CI's time is short).
 
 One deferred training task (the fan-out DAG with one map index) whose job waits suspended until the
 browser test releases it, then runs ``RUN_SECONDS`` on the local cluster (the tab refreshes every 5 s
@@ -24,6 +25,7 @@ import requests
 
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import DEVAIRFLOW_DIR, FANOUT, Cluster, start_fanout
+from tests.statsd_listener import StatsdListener
 
 RUN_SECONDS = 20
 SCREENSHOTS = DEVAIRFLOW_DIR / "screenshots"
@@ -37,7 +39,15 @@ def ui(airflow: AirflowRest, path: str, **kwargs: Any) -> requests.Response:
 
 
 @pytest.fixture(scope="module")
-def held_job(e2e_dags: AirflowRest, cluster: Cluster) -> Iterator[tuple[str, str]]:
+def statsd() -> Iterator[StatsdListener]:
+    """The StatsD server the deployment sends its metrics to (dev/airflow/airflow.cfg.template [metrics])."""
+    listener = StatsdListener(int(os.environ.get("DEVAIRFLOW_STATSD_PORT", "28125")))
+    yield listener
+    listener.socket.close()
+
+
+@pytest.fixture(scope="module")
+def held_job(e2e_dags: AirflowRest, cluster: Cluster, statsd: StatsdListener) -> Iterator[tuple[str, str]]:
     """A deferred training task (map index 0 of a fan-out run) whose job waits suspended; ``(run_id, job)``.
     One for the module (CI's time is short): the API test reads it held, the browser test then releases it."""
     runs: list[tuple[str, str]] = []
@@ -154,3 +164,18 @@ def test_the_tab_follows_the_job_in_a_browser_and_the_page_lists_it(
         link.click()  # opens the task instance in the whole window, not in the page's frame
         page.wait_for_url(lambda url: "/tasks/train/mapped/0" in url, timeout=30_000)
         browser.close()
+
+
+def test_the_triggerer_sends_the_jobs_state_to_statsd_while_it_waits(
+    statsd: StatsdListener, held_job: tuple[str, str]
+) -> None:
+    """After the browser test, the job has been suspended, running and has succeeded: the real triggerer
+    said so through Airflow's StatsD logger (Airflow's own metrics arrive on the same port)."""
+    statsd.drain(wait=1.0)
+    assert any(line.startswith("airflow.") and not line.startswith("airflow.disttrain.") for line in statsd.received)
+    sent = statsd.ours()
+    for gauge in ("disttrain.jobs.suspended:1|g", "disttrain.jobs.running:1|g", "disttrain.triggers.waiting:0|g"):
+        assert gauge in sent, sent
+    # In that order: held, released, ended (the trigger forgot the job once it finished).
+    assert sent.index("disttrain.jobs.suspended:1|g") < sent.index("disttrain.jobs.running:1|g")
+    assert sent.index("disttrain.jobs.running:1|g") < len(sent) - 1 - sent[::-1].index("disttrain.triggers.waiting:0|g")

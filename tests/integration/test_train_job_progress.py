@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import unique_dag_id
 from tests.integration.test_train_job import TrainJobs, train_dag
 
@@ -140,8 +141,16 @@ def test_a_trainjob_s_own_progress_reports_reach_the_deferred_task_and_its_resul
     reporter.start()
     # Node 0 runs long enough for both reports, then writes its final metrics as its termination message.
     script = f"sleep 14; printf '%s' '{json.dumps(LEADER)}' > /dev/termination-log"
+    # A progress line per second at most after the first three: with the default 30 s, a report the
+    # trainer replaced within 30 s is folded into the next line (the job's start can use the burst).
     source = train_dag(
-        dag_id, job_name=name, image="busybox:1.36", command=["sh", "-c", script], num_nodes=1, deferrable=True
+        dag_id,
+        job_name=name,
+        image="busybox:1.36",
+        command=["sh", "-c", script],
+        num_nodes=1,
+        deferrable=True,
+        wait_policy=WaitPolicy(poll_interval=1, startup_timeout=120, progress_interval=1),
     )
     result = run_dag(dag_id, source)
     reporter.join(timeout=60)

@@ -4,7 +4,7 @@ virtual clock, and a fake API server."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +12,10 @@ import looptime
 import pytest
 import yaml
 
-from airflow_provider_disttrain import clock
+from airflow_provider_disttrain import clock, telemetry
 from airflow_provider_disttrain.clock import LoopClock
+from tests.statsd_listener import PREFIX as STATSD_PREFIX
+from tests.statsd_listener import StatsdListener
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -164,3 +166,18 @@ async def apiserver(monkeypatch: pytest.MonkeyPatch) -> Any:
     await server.start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdListener]:
+    """A StatsD server on loopback that Airflow's Stats sends to, as ``[metrics]`` set in the environment."""
+    listener = StatsdListener()
+    for option, value in {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(listener.port)}.items():
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{option}", value)
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", STATSD_PREFIX)
+    # The provider initialises Airflow's Stats once per process: again for this test, and after it.
+    monkeypatch.setattr(telemetry, "_initialised_in", None)
+    monkeypatch.setattr(telemetry, "census", telemetry.JobCensus())
+    yield listener
+    telemetry._initialised_in = None
+    listener.socket.close()

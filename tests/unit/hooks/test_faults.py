@@ -16,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from airflow_provider_disttrain.hooks.cluster_client import CredentialsUnavailable
-from airflow_provider_disttrain.hooks.faults import Action, classify
+from airflow_provider_disttrain.hooks.faults import Action, classify, error_class
 
 
 def api(status: int) -> ApiException:
@@ -103,6 +103,56 @@ def test_each_error_has_one_action(error: BaseException, action: Action) -> None
 
     assert fault.action is action
     assert fault.retried == (action in (Action.RETRY, Action.RELIST, Action.RENEW))
+
+
+# The class each error of the table is counted under in the metrics (telemetry: disttrain.api_errors.<class>).
+ERROR_CLASSES = {
+    "410 Gone (too old resourceVersion)": "expired",
+    "401 Unauthorized (expired token)": "unauthorized",
+    "403 Forbidden": "forbidden",
+    "404 of the collection (CRD not installed)": "client",
+    "400 Bad Request": "client",
+    "422 Unprocessable": "client",
+    "405 Method Not Allowed": "client",
+    "408 Request Timeout": "server",
+    "429 Too Many Requests": "throttled",
+    "500 Internal Server Error": "server",
+    "502 Bad Gateway": "server",
+    "503 Service Unavailable": "server",
+    "504 Gateway Timeout": "server",
+    "507 (any other 5xx)": "server",
+    "501 Not Implemented": "server",
+    "connection refused": "connection",
+    "server disconnected": "connection",
+    "chunked stream cut": "connection",
+    "connection reset": "connection",
+    "read timeout": "connection",
+    "client total timeout / silence watchdog": "connection",
+    "OS-level timeout": "connection",
+    "ConnectionResetError": "connection",
+    "a watch line cut in the middle": "stream",
+    "exec plugin failed once": "credentials",
+    "exec plugin printed garbage": "credentials",
+    "exec plugin failed, wrapped by the cluster client": "credentials",
+    "exec plugin hung, wrapped by the cluster client": "credentials",
+    "exec plugin command missing": "local",
+    "malformed exec section": "local",
+    "kubeconfig file missing": "local",
+    "certificate not trusted": "local",
+    "malformed server address": "local",
+    "a bug": "local",
+}
+
+
+def test_the_table_gives_each_error_a_metric_class() -> None:
+    assert [name for name, _, _ in TABLE] == list(ERROR_CLASSES)
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"), [(e, ERROR_CLASSES[n]) for n, e, _ in TABLE], ids=[name for name, _, _ in TABLE]
+)
+def test_each_error_is_counted_under_one_class(error: BaseException, expected: str) -> None:
+    assert error_class(error) == expected
 
 
 def test_the_status_travels_with_the_fault() -> None:

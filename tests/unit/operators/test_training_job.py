@@ -383,8 +383,11 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
         hook,
         deferrable=True,
         execution_timeout=timedelta(hours=2),
-        wait_policy=WaitPolicy(startup_timeout=timedelta(minutes=30), poll_interval=7),
+        wait_policy=WaitPolicy(
+            startup_timeout=timedelta(minutes=30), poll_interval=7, progress_interval=timedelta(minutes=2)
+        ),
         cleanup_policy=CleanupPolicy(on_kill=False),
+        gpus_per_replica=4,
     )
     # The worker's clock, 20 minutes behind the API server's that stamps creationTimestamp.
     submitted = time.time() - 1200
@@ -407,6 +410,9 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
     # Airflow 3 does not time a deferred task out by its execution_timeout: the trigger enforces it.
     assert trigger.execution_deadline == started.timestamp() + 7200
     assert trigger.poll_interval == 7.0
+    assert trigger.progress_interval == 120.0
+    # The watch's view of the job has no spec: the trigger is told what each pod asks for (GPU metrics).
+    assert trigger.gpus_per_replica == {"Master": 4, "Worker": 4}
     assert trigger.delete_on_kill is False
     assert trigger.connection == connection
     assert deferred.value.method_name == "execute_complete"
@@ -833,6 +839,7 @@ def test_an_invalid_job_is_rejected_before_any_api_call(kwargs: dict[str, Any], 
         (lambda: {"log_replicas": ["master-0", 3]}, "log_replicas"),
         (lambda: {"wait_policy": WaitPolicy(poll_interval=0)}, "wait_policy.poll_interval"),
         (lambda: {"wait_policy": WaitPolicy(startup_timeout=-5)}, "wait_policy.startup_timeout"),
+        (lambda: {"wait_policy": WaitPolicy(progress_interval=0)}, "wait_policy.progress_interval"),
         (lambda: {"run_policy": RunPolicy(backoff_limit=-1)}, "run_policy.backoff_limit"),
         (lambda: {"kind": "SparkJob"}, "kind"),
     ],

@@ -70,7 +70,7 @@ async def test_a_flapping_job_is_throttled_and_the_held_line_written_when_due(
 ) -> None:
     import airflow_provider_disttrain.triggers.training_job as trigger_module
 
-    monkeypatch.setattr(trigger_module, "ProgressTracker", lambda: ProgressTracker(interval=0.5, burst=1))
+    monkeypatch.setattr(trigger_module, "ProgressTracker", lambda **_: ProgressTracker(interval=0.5, burst=1))
     await apiserver.put(job(suspended_status()))
     task = await started(make_trigger(apiserver), apiserver)
     await wait_for_lines(logged, 1)
@@ -92,3 +92,25 @@ async def test_a_flapping_job_is_throttled_and_the_held_line_written_when_due(
     await apiserver.put(job(succeeded_status(workers=2)))
     assert (await task)["status"] == "success"
     assert progress_lines(logged)[-1].startswith(f"{TITLE}: succeeded")  # the end is never held back
+
+
+async def test_the_progress_interval_it_was_given_paces_the_lines_after_the_burst(
+    apiserver: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    await apiserver.put(job(queued_status()))
+    task = await started(make_trigger(apiserver, progress_interval=40.0), apiserver)
+    await wait_for_lines(logged, 1)
+    for workers in (1, 2):  # the rest of the burst of three
+        await apiserver.put(job(running_status(workers=workers)))
+        await wait_for_lines(logged, 1 + workers)
+    started_at = asyncio.get_running_loop().time()
+
+    await apiserver.put(job(running_status(workers=3)))
+    await wait_for_lines(logged, 4, timeout=60.0)
+
+    # Held until a token came back: 40 s on the trigger's clock, less what refilled during the burst.
+    waited = asyncio.get_running_loop().time() - started_at
+    assert 30.0 < waited <= 41.0, waited
+    assert "Worker: 3 active" in progress_lines(logged)[3]
+    await apiserver.put(job(succeeded_status(workers=3)))
+    assert (await task)["status"] == "success"

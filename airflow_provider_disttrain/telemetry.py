@@ -1,0 +1,118 @@
+"""What the provider tells the deployment's metrics: Airflow's own ``Stats`` (StatsD, DogStatsD or
+OpenTelemetry, as ``[metrics]`` configures it), so the numbers land where the platform team already looks.
+
+Metric names (Airflow prefixes them with ``[metrics] statsd_prefix``, ``airflow`` by default); the word
+after the last dot of a counter is its class, so plain StatsD, which drops tags, still tells them apart:
+
+- ``disttrain.triggers.waiting`` (gauge): the provider's triggers waiting in this triggerer process;
+- ``disttrain.jobs.<state>`` (gauge, ``queued``/``suspended``/``running``): the jobs they wait for, by state;
+- ``disttrain.gpus_held`` (gauge): GPUs the pods of those jobs hold now (active replicas x their GPUs);
+- ``disttrain.watch.restarts.<class>`` (counter): a shared watch broke and was restarted, by error class;
+- ``disttrain.api_errors.<class>`` (counter): an API request of the provider failed, by error class
+  (``faults.error_class``: ``connection``, ``stream``, ``credentials``, ``expired``, ``unauthorized``,
+  ``forbidden``, ``throttled``, ``server``, ``client``, ``local``).
+
+Tags (``kind``, ``namespace``, ``hostname``) go with each, for the backends that keep them. The gauges are
+per triggerer process, like Airflow's own ``triggers.running``: with several triggerers, sum them by the
+``hostname`` tag (DogStatsD, InfluxDB-style tags or OpenTelemetry); plain StatsD keeps the last one sent.
+
+``Stats`` of the task SDK is the one providers are meant to use, but only a task process initialises it:
+the triggerer initialises Airflow core's copy. So this module initialises the SDK's once per process,
+from ``[metrics]``, as the OpenLineage provider does for its executor processes (none of the libraries
+offers "initialise unless done"). A metric must never fail the wait: every emission swallows its errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PREFIX = "disttrain"
+CENSUS_STATES = ("queued", "suspended", "running")
+"""The states a waited-for job can be in (a finished one is no longer waited for)."""
+
+_initialised_in: int | None = None  # the pid that initialised the SDK's Stats (a fork must do it again)
+
+
+def _stats() -> Any:
+    """The task SDK's ``Stats``, initialised from ``[metrics]`` once per process."""
+    global _initialised_in
+    from airflow.sdk.observability.stats import Stats
+
+    if _initialised_in != os.getpid():
+        _initialised_in = os.getpid()
+        from airflow.sdk import conf
+        from airflow.sdk.observability.metrics import stats_utils
+
+        try:  # Airflow 3.3
+            Stats.initialize(
+                factory=stats_utils.get_stats_factory(),
+                export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True),
+            )
+        except TypeError:  # Airflow 3.2: the factory takes the Stats class, initialize takes only it
+            Stats.initialize(factory=stats_utils.get_stats_factory(Stats))  # type: ignore[call-arg]
+    return Stats
+
+
+def _emit(method: str, name: str, *args: Any, tags: Mapping[str, Any]) -> None:
+    try:
+        getattr(_stats(), method)(f"{PREFIX}.{name}", *args, tags={"hostname": socket.gethostname(), **tags})
+    except Exception:  # a metrics backend must never break the wait
+        log.debug("Could not emit the metric %s.%s", PREFIX, name, exc_info=True)
+
+
+def api_error(error_class: str, **tags: Any) -> None:
+    _emit("incr", f"api_errors.{error_class}", tags=tags)
+
+
+def watch_restart(error_class: str, **tags: Any) -> None:
+    _emit("incr", f"watch.restarts.{error_class}", tags=tags)
+
+
+class JobCensus:
+    """The jobs this process's triggers wait for: their state and GPUs held, sent as gauges on each change.
+
+    A gauge is sent only when something changed (a few times in a job's life), all of them at once so a
+    state that emptied is sent as 0. One dict entry per waiting trigger.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, tuple[str, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def observe(self, key: str, state: str, gpus_held: int) -> None:
+        """The trigger ``key`` (its job's identity) sees its job in ``state`` holding ``gpus_held``."""
+        entry = (state, gpus_held)
+        if self._jobs.get(key) != entry:
+            self._jobs[key] = entry
+            self._send()
+
+    def forget(self, key: str) -> None:
+        """The trigger ``key`` ended (its job finished, or the trigger was cancelled or moved)."""
+        if self._jobs.pop(key, None) is not None:
+            self._send()
+
+    def totals(self) -> dict[str, int]:
+        """``{state: jobs}`` for each of ``CENSUS_STATES``, ``gpus_held`` and ``waiting`` (triggers)."""
+        totals = dict.fromkeys(CENSUS_STATES, 0)
+        for state, _ in self._jobs.values():
+            totals[state] = totals.get(state, 0) + 1
+        return {**totals, "gpus_held": sum(gpus for _, gpus in self._jobs.values()), "waiting": len(self._jobs)}
+
+    def _send(self) -> None:
+        totals = self.totals()
+        _emit("gauge", "triggers.waiting", totals.pop("waiting"), tags={})
+        _emit("gauge", "gpus_held", totals.pop("gpus_held"), tags={})
+        for state, count in totals.items():
+            _emit("gauge", f"jobs.{state}", count, tags={})
+
+
+census = JobCensus()
+"""The triggerer process's census (one event loop per triggerer process)."""
