@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> Python environment ($(VENV))"
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
 	@uv venv --quiet --allow-existing -p $(PYTHON) $(VENV)
-	@uv pip install --quiet -p $(VENV_PY) -e ".[openlineage,test,browser-test]"  # [openlineage]: the local Airflow deployment reports lineage
+	@uv pip install --quiet -p $(VENV_PY) -e ".[openlineage,test,browser-test,fab-auth-test]"  # [openlineage]: the local Airflow deployment reports lineage
 	@touch $@
 
 venv: $(VENV)/.installed ## Create .venv with the provider, Airflow and the test tools

@@ -59,11 +59,17 @@ def _stats() -> Any:
     return Stats
 
 
+_failed_in: int | None = None  # the pid that already said its metrics fail (once per process, not per metric)
+
+
 def _emit(method: str, name: str, *args: Any, tags: Mapping[str, Any]) -> None:
+    global _failed_in
     try:
         getattr(_stats(), method)(f"{PREFIX}.{name}", *args, tags={"hostname": socket.gethostname(), **tags})
     except Exception:  # a metrics backend must never break the wait
-        log.debug("Could not emit the metric %s.%s", PREFIX, name, exc_info=True)
+        if _failed_in != os.getpid():
+            _failed_in = os.getpid()
+            log.warning("The provider's metrics cannot be sent (said once per process)", exc_info=True)
 
 
 def api_error(error_class: str, **tags: Any) -> None:

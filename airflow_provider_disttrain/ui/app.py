@@ -7,21 +7,25 @@ the user may read, and leaves what is shown to ``view``.
 Settings (``[disttrain]``): ``ui_conn_id`` the ``kubernetes`` connection the API server reads jobs
 with (default ``kubernetes_default``), ``ui_namespaces`` the namespaces the page lists (comma
 separated; default the connection's namespace), ``ui_kinds`` the job kinds it lists (default
-``PyTorchJob,MPIJob,TrainJob``), ``ui_cache_seconds`` how long one LIST serves everyone (default 5).
+``PyTorchJob,MPIJob,TrainJob``), ``ui_cache_seconds`` how long one LIST serves everyone (default 5),
+``ui_cache_dir`` where the API server's worker processes share their LISTs (default
+``$AIRFLOW_HOME/disttrain-ui-cache``; ``none``: each worker lists for itself).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
-from airflow.configuration import conf
+from airflow.configuration import AIRFLOW_HOME, conf
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.xcom import XComModel
 from fastapi import Depends, FastAPI, HTTPException, Query
@@ -37,7 +41,9 @@ from airflow_provider_disttrain.links import CONFIG_SECTION
 from airflow_provider_disttrain.logs import leader_pods
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_key
 from airflow_provider_disttrain.ui import view
-from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache
+from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache, SharedListStore
+
+log = logging.getLogger(__name__)
 
 DEFAULT_KINDS = "PyTorchJob,MPIJob,TrainJob"
 # The task instances looked up to link the page's jobs to them (the newest first).
@@ -55,6 +61,19 @@ def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _shared_store(name: str) -> SharedListStore | None:
+    """Where this host's API-server workers share their LISTs; None (each lists for itself) if disabled
+    or unusable, said once in the log."""
+    directory = _setting("ui_cache_dir", str(Path(AIRFLOW_HOME) / "disttrain-ui-cache"))
+    if directory.lower() == "none":
+        return None
+    try:
+        return SharedListStore(Path(directory), name)
+    except OSError as error:
+        log.warning("The Training jobs UI's workers do not share their LISTs (%s): each lists for itself", error)
+        return None
+
+
 class Cluster:
     """The API server's view of the cluster: one hook, one cache of LISTs, the configured scope."""
 
@@ -63,9 +82,9 @@ class Cluster:
         self.kinds = [get_job_kind(kind).kind for kind in _csv(_setting("ui_kinds", DEFAULT_KINDS))]
         self.namespaces = _csv(_setting("ui_namespaces", "")) or [self.hook.default_namespace()]
         ttl = float(_setting("ui_cache_seconds", str(DEFAULT_TTL_SECONDS)))
-        self.cache = JobListCache(self._list, ttl=ttl)
+        self.cache = JobListCache(self._list, ttl=ttl, store=_shared_store("jobs"))
         # A job's pods and Warning events, for its tab: keyed by "<kind>/<name>", as short-lived.
-        self.pods_and_events = JobListCache(self._pods_and_events, ttl=ttl)
+        self.pods_and_events = JobListCache(self._pods_and_events, ttl=ttl, store=_shared_store("pods"))
 
     def _list(self, namespace: str, kind: str) -> list[dict[str, Any]]:
         try:

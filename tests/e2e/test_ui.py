@@ -41,9 +41,9 @@ def ui(airflow: AirflowRest, path: str, **kwargs: Any) -> requests.Response:
 @pytest.fixture(scope="module")
 def statsd() -> Iterator[StatsdListener]:
     """The StatsD server the deployment sends its metrics to (dev/airflow/airflow.cfg.template [metrics])."""
-    listener = StatsdListener(int(os.environ.get("DEVAIRFLOW_STATSD_PORT", "28125")))
+    listener = StatsdListener(int(os.environ.get("DEVAIRFLOW_STATSD_PORT", "28125")), reader=True)
     yield listener
-    listener.socket.close()
+    listener.close()
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +171,7 @@ def test_the_triggerer_sends_the_jobs_state_to_statsd_while_it_waits(
 ) -> None:
     """After the browser test, the job has been suspended, running and has succeeded: the real triggerer
     said so through Airflow's StatsD logger (Airflow's own metrics arrive on the same port)."""
-    statsd.drain(wait=1.0)
-    assert any(line.startswith("airflow.") and not line.startswith("airflow.disttrain.") for line in statsd.received)
+    assert any(line.startswith("airflow.") and not line.startswith("airflow.disttrain.") for line in statsd.drain(1.0))
     sent = statsd.ours()
     for gauge in ("disttrain.jobs.suspended:1|g", "disttrain.jobs.running:1|g", "disttrain.triggers.waiting:0|g"):
         assert gauge in sent, sent

@@ -180,4 +180,4 @@ def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdListener]:
     monkeypatch.setattr(telemetry, "census", telemetry.JobCensus())
     yield listener
     telemetry._initialised_in = None
-    listener.socket.close()
+    listener.close()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.ui.listing import JobListCache
+from airflow_provider_disttrain.ui.listing import JobListCache, SharedListStore
 
 
 class Clock:
@@ -89,3 +91,77 @@ def test_a_failed_list_is_remembered_for_the_ttl():
 def test_a_ttl_must_be_positive():
     with pytest.raises(ValueError, match="ttl must be > 0"):
         JobListCache(Cluster().list, ttl=0)
+
+
+# -- shared by the API server's worker processes ---------------------------------------------------------
+
+
+def test_workers_sharing_a_store_make_one_list_per_ttl_between_them(tmp_path: Path) -> None:
+    clock, cluster = Clock(), Cluster()
+    cluster.jobs[("ns", "PyTorchJob")] = [{"metadata": {"name": "a"}}]
+    first, second = (
+        JobListCache(cluster.list, ttl=5, clock=clock, store=SharedListStore(tmp_path, "jobs")) for _ in range(2)
+    )
+
+    assert first.jobs("ns", "PyTorchJob") == [{"metadata": {"name": "a"}}]
+    clock.now += 4
+    # The second worker's first reader takes the first worker's LIST, 4 s old: no LIST of its own.
+    assert second.jobs("ns", "PyTorchJob") == [{"metadata": {"name": "a"}}]
+    assert cluster.calls == [("ns", "PyTorchJob")]
+
+    cluster.jobs[("ns", "PyTorchJob")] = [{"metadata": {"name": "b"}}]
+    clock.now += 1
+    assert second.jobs("ns", "PyTorchJob") == [{"metadata": {"name": "b"}}]
+    assert first.jobs("ns", "PyTorchJob") == [{"metadata": {"name": "b"}}]  # the second's, fresh
+    assert len(cluster.calls) == 2
+    assert first.lists == second.lists == 2  # counted for all the workers
+    assert oct(tmp_path.stat().st_mode & 0o777) == "0o700"
+    assert {oct(path.stat().st_mode & 0o777) for path in tmp_path.iterdir()} == {"0o600"}
+
+
+def test_a_failed_list_is_not_shared(tmp_path: Path) -> None:
+    clock, cluster = Clock(), Cluster()
+    first, second = (
+        JobListCache(cluster.list, ttl=5, clock=clock, store=SharedListStore(tmp_path, "jobs")) for _ in range(2)
+    )
+    cluster.error = PermissionError("forbidden")
+    with pytest.raises(PermissionError):
+        first.jobs("ns", "MPIJob")
+    cluster.error = None
+
+    assert second.jobs("ns", "MPIJob") == []
+    assert len(cluster.calls) == 2
+
+
+def _worker(directory: str, start: Any, calls: Any, results: Any) -> None:
+    """One API-server worker process: its own cache, sharing the directory; its LIST is counted in ``calls``."""
+
+    def fetch(namespace: str, kind: str) -> list[dict[str, Any]]:
+        with calls.get_lock():
+            calls.value += 1
+        return [{"metadata": {"name": "shared"}}]
+
+    cache = JobListCache(fetch, ttl=60, store=SharedListStore(Path(directory), "jobs"))
+    start.wait(10)
+    results.put(cache.jobs("ns", "PyTorchJob"))
+
+
+def test_worker_processes_asking_at_once_make_one_list(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")  # as the API server starts its workers
+    start, calls, results = context.Event(), context.Value("i", 0), context.Queue()
+    workers = [context.Process(target=_worker, args=(str(tmp_path), start, calls, results)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    start.set()
+    answers = [results.get(timeout=30) for _ in workers]
+    for worker in workers:
+        worker.join(30)
+
+    assert answers == [[{"metadata": {"name": "shared"}}]] * 4
+    assert calls.value == 1
+
+
+def test_a_cache_directory_others_can_read_is_refused(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    with pytest.raises(PermissionError, match="must be this user's alone"):
+        SharedListStore(tmp_path, "jobs")

@@ -1,0 +1,118 @@
+"""The UI shows each user the jobs of the DAGs Airflow's auth manager lets them read, and nothing else.
+
+The deployment's SimpleAuthManager has roles only (every user reads every DAG), so a second API server of
+the deployment runs the FAB auth manager (dev/airflow/fab-api-server.sh: same database and configuration),
+whose roles can grant one DAG: `platform` is Admin, `one-dag` reads `disttrain_manifest_first` only. Two
+jobs on the cluster carry the labels of task instances of two DAGs (held suspended: no pods, nothing runs);
+each user asks the plugin's API on that server with a token from FAB's own login endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import requests
+
+from airflow_provider_disttrain.naming import task_instance_labels
+from tests.e2e.airflow_rest import AirflowRest, wait_until
+from tests.e2e.conftest import DEVAIRFLOW_DIR, NAMESPACE, REPO, Cluster
+
+FAB_URL = f"http://127.0.0.1:{os.environ.get('DEVAIRFLOW_FAB_API_PORT', '28081')}"
+READABLE_DAG = "disttrain_manifest_first"
+OTHER_DAG = "disttrain_elastic_pytorch"
+SCRIPT = REPO / "dev" / "airflow" / "fab-api-server.sh"
+
+
+@pytest.fixture(scope="module")
+def fab_server(airflow: AirflowRest) -> Iterator[dict[str, str]]:
+    """The FAB API server, up; ``{user: password}``."""
+    subprocess.run([str(SCRIPT), "start"], check=True, timeout=300)
+    try:
+        yield json.loads((DEVAIRFLOW_DIR / "fab-users.json").read_text())
+    finally:
+        subprocess.run([str(SCRIPT), "stop"], check=False, timeout=120)
+
+
+def session_of(user: str, password: str) -> requests.Session:
+    """A session with the token FAB's login endpoint gives ``user`` (as a script or the UI gets one)."""
+    answer = requests.post(f"{FAB_URL}/auth/token", json={"username": user, "password": password}, timeout=60)
+    assert answer.status_code == 201, answer.text
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {answer.json()['access_token']}"
+    return session
+
+
+@pytest.fixture(scope="module")
+def jobs_of_two_dags(cluster: Cluster) -> Iterator[dict[str, dict[str, Any]]]:
+    """``{dag_id: {"name": job, "run_id": ...}}``: one held job per DAG, labelled as the provider labels them."""
+    made: dict[str, dict[str, Any]] = {}
+    for dag_id in (READABLE_DAG, OTHER_DAG):
+        run_id = f"manual__access-{secrets.token_hex(3)}"
+        name = f"access-{secrets.token_hex(3)}"
+        cluster.custom.create_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            NAMESPACE,
+            "pytorchjobs",
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "metadata": {"name": name, "labels": task_instance_labels(dag_id, "train", run_id, None, 1)},
+                "spec": {
+                    "runPolicy": {"suspend": True},
+                    "pytorchReplicaSpecs": {
+                        "Master": {
+                            "replicas": 1,
+                            "template": {"spec": {"containers": [{"name": "pytorch", "image": "trainer:1"}]}},
+                        }
+                    },
+                },
+            },
+        )
+        made[dag_id] = {"name": name, "run_id": run_id}
+    yield made
+    for job in made.values():
+        cluster.custom.delete_namespaced_custom_object("kubeflow.org", "v1", NAMESPACE, "pytorchjobs", job["name"])
+
+
+def listed(session: requests.Session, names: set[str]) -> set[str]:
+    answer = session.get(f"{FAB_URL}/disttrain/api/jobs", timeout=60)
+    assert answer.ok, answer.text
+    return {row["name"] for row in answer.json()["jobs"]} & names
+
+
+def tab(session: requests.Session, dag_id: str, run_id: str) -> requests.Response:
+    path = f"/disttrain/api/task-instance/{dag_id}/{quote(run_id, safe='')}/train"
+    return session.get(f"{FAB_URL}{path}", timeout=60)
+
+
+def test_a_user_who_reads_one_dag_sees_only_that_dag_s_job(
+    fab_server: dict[str, str], jobs_of_two_dags: dict[str, dict[str, Any]]
+) -> None:
+    platform = session_of("platform", fab_server["platform"])
+    one_dag = session_of("one-dag", fab_server["one-dag"])
+    ours = {job["name"] for job in jobs_of_two_dags.values()}
+    readable, other = jobs_of_two_dags[READABLE_DAG], jobs_of_two_dags[OTHER_DAG]
+
+    # The page: the Admin sees both jobs (once the 5 s cache has a LIST made after they were created).
+    wait_until(lambda: listed(platform, ours) == ours, 30, "the Admin to see both jobs")
+    assert listed(one_dag, ours) == {readable["name"]}
+
+    # The tab: its DAG's task instance is shown, the other DAG's is refused before the cluster is read.
+    shown = tab(one_dag, READABLE_DAG, readable["run_id"])
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["job"]["name"] == readable["name"]
+    assert tab(one_dag, OTHER_DAG, other["run_id"]).status_code == 403
+    assert tab(platform, OTHER_DAG, other["run_id"]).json()["job"]["name"] == other["name"]
+
+    # No token, no data; a wrong password gets no token.
+    assert requests.get(f"{FAB_URL}/disttrain/api/jobs", timeout=30).status_code == 401
+    refused = requests.post(f"{FAB_URL}/auth/token", json={"username": "one-dag", "password": "wrong"}, timeout=30)
+    assert refused.status_code == 401
