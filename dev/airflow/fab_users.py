@@ -4,7 +4,8 @@ process: the same steps as `airflow sync-perm --include-dags`, `airflow roles cr
 
     python dev/airflow/fab_users.py <users.json> <dag_id>
 
-``platform`` is Admin; ``one-dag`` has a role that reads ``dag_id`` (its task instances and runs) only.
+``platform`` is Admin; ``one-dag`` has a role that reads ``dag_id`` (its task instances and runs) only, and
+the list of plugins (FAB's ``Plugins`` resource: without it Airflow's UI shows no plugin page or tab).
 Passwords come from users.json; users that exist get their role and password set again.
 """
 
@@ -25,7 +26,7 @@ def main(users_file: str, dag_id: str) -> None:
         security.sync_roles()
         security.create_dag_specific_permissions()  # "DAG:<dag_id>" for the DAGs the deployment parsed
         one_dag = security.add_role(f"read-{dag_id}")
-        for resource in (f"DAG:{dag_id}", "Task Instances", "DAG Runs"):
+        for resource in (f"DAG:{dag_id}", "Task Instances", "DAG Runs", "Plugins"):
             security.add_permission_to_role(one_dag, security.create_permission("can_read", resource))
         for username, role in (("platform", security.find_role("Admin")), ("one-dag", one_dag)):
             user = security.find_user(username=username)

@@ -92,7 +92,7 @@ def test_the_api_shows_a_deferred_tasks_job_to_a_logged_in_user_only(
     assert missing.status_code == 404 and "no training job of this task instance" in missing.json()["detail"]
 
 
-def _chromium() -> str:
+def chromium() -> str:
     path = os.environ.get("DISTTRAIN_CHROMIUM") or shutil.which("chromium")
     if not path:
         pytest.fail("Chromium not found: apt-get install -y chromium (or set DISTTRAIN_CHROMIUM)")
@@ -113,7 +113,7 @@ def test_the_tab_follows_the_job_in_a_browser_and_the_page_lists_it(
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=_chromium(), args=["--no-sandbox", "--disable-dev-shm-usage"]
+            executable_path=chromium(), args=["--no-sandbox", "--disable-dev-shm-usage"]
         )
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(f"{airflow.url}/")

@@ -4,7 +4,8 @@ The deployment's SimpleAuthManager has roles only (every user reads every DAG), 
 the deployment runs the FAB auth manager (dev/airflow/fab-api-server.sh: same database and configuration),
 whose roles can grant one DAG: `platform` is Admin, `one-dag` reads `disttrain_manifest_first` only. Two
 jobs on the cluster carry the labels of task instances of two DAGs (held suspended: no pods, nothing runs);
-each user asks the plugin's API on that server with a token from FAB's own login endpoint.
+each user asks the plugin's API on that server with a token from FAB's own login endpoint, and `one-dag`
+then opens the page in a real browser (Debian's Chromium, as tests/e2e/test_ui.py) through FAB's login form.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import requests
 from airflow_provider_disttrain.naming import task_instance_labels
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import DEVAIRFLOW_DIR, NAMESPACE, REPO, Cluster
+from tests.e2e.test_ui import SCREENSHOTS, chromium
 
 FAB_URL = f"http://127.0.0.1:{os.environ.get('DEVAIRFLOW_FAB_API_PORT', '28081')}"
 READABLE_DAG = "disttrain_manifest_first"
@@ -116,3 +118,31 @@ def test_a_user_who_reads_one_dag_sees_only_that_dag_s_job(
     assert requests.get(f"{FAB_URL}/disttrain/api/jobs", timeout=30).status_code == 401
     refused = requests.post(f"{FAB_URL}/auth/token", json={"username": "one-dag", "password": "wrong"}, timeout=30)
     assert refused.status_code == 401
+
+
+def test_the_page_in_a_browser_lists_only_the_job_of_the_dag_the_user_reads(
+    fab_server: dict[str, str], jobs_of_two_dags: dict[str, dict[str, Any]]
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    readable, other = jobs_of_two_dags[READABLE_DAG], jobs_of_two_dags[OTHER_DAG]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium(), args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"{FAB_URL}/")
+        page.fill("input[name=username]", "one-dag")  # FAB's own login form
+        page.fill("input[name=password]", fab_server["one-dag"])
+        page.click("input[type=submit]")
+        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
+
+        page.goto(f"{FAB_URL}/plugin/training-jobs")
+        jobs = page.frame_locator("iframe")
+        jobs.locator(f'[data-job="{readable["name"]}"]').wait_for(timeout=60_000)
+        shown = jobs.locator("[data-job]")
+        names = {shown.nth(i).get_attribute("data-job") for i in range(shown.count())}
+        assert readable["name"] in names and other["name"] not in names
+        page.screenshot(path=str(SCREENSHOTS / "training-jobs-page-one-dag.png"))
+        browser.close()
