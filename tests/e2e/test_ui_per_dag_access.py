@@ -35,6 +35,10 @@ SCRIPT = REPO / "dev" / "airflow" / "fab-api-server.sh"
 @pytest.fixture(scope="module")
 def fab_server(airflow: AirflowRest) -> Iterator[dict[str, str]]:
     """The FAB API server, up; ``{user: password}``."""
+    for dag_id in (READABLE_DAG, OTHER_DAG):  # parsed, so that FAB has a "DAG:<dag_id>" resource for it
+        wait_until(
+            lambda dag_id=dag_id: airflow.session.get(f"{airflow.url}/api/v2/dags/{dag_id}", timeout=30).ok, 120, dag_id
+        )
     subprocess.run([str(SCRIPT), "start"], check=True, timeout=300)
     try:
         yield json.loads((DEVAIRFLOW_DIR / "fab-users.json").read_text())
