@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_provider_disttrain.conditions import parse_time
+from airflow_provider_disttrain.exceptions import JobInadmissibleError
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error
 from airflow_provider_disttrain.kueue import held_by_kueue, is_admitted, queue_name, waiting_message
 from airflow_provider_disttrain.kueue_admission import (
@@ -183,3 +184,17 @@ def check_local_queue(hook: Any, namespace: str, name: str, log: Any) -> str | N
                 raise
             log.debug("ClusterQueue %s not readable (%s): judging LocalQueue %s alone", cq_name, error, name)
     return queue_problem(namespace, name, local_queue, cluster_queue)
+
+
+def refuse_a_queue_that_admits_nothing(hook: Any, kind: str, manifest: Mapping[str, Any], log: Any) -> None:
+    """Raise ``JobInadmissibleError`` before anything is created when the manifest's LocalQueue can admit
+    nothing (missing, or it or its ClusterQueue stopped or inactive): waiting would only end at
+    ``queue_timeout``. A manifest without a queue, or a queue that may admit it, passes."""
+    if (queue := queue_name(manifest)) is None:
+        return
+    namespace = manifest["metadata"]["namespace"]
+    if problem := check_local_queue(hook, namespace, queue, log):
+        raise JobInadmissibleError(
+            f"{kind} {namespace}/{manifest['metadata']['name']} was not submitted: Kueue could never "
+            f"admit it ({problem})"
+        )

@@ -21,7 +21,6 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.deadlines import Deadlines
-from airflow_provider_disttrain.exceptions import JobInadmissibleError
 from airflow_provider_disttrain.gpus import gpus_per_replica
 from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
@@ -291,7 +290,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         return self._submit_and_wait(hook, manifest, context)
 
     def _submit_and_wait(self, hook: TrainingJobHook, manifest: dict[str, Any], context: Context) -> dict[str, Any]:
-        self._check_local_queue(hook, manifest)
+        from airflow_provider_disttrain.hooks.kueue import refuse_a_queue_that_admits_nothing
+
+        refuse_a_queue_that_admits_nothing(hook, self.kind, manifest, self.log)
         identity = self.identity(context)
         submitted_at = self.wall_clock()
         job, reattached = identity.claim(
@@ -325,20 +326,6 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         if reattached and self._reattached_job_vanished(identity, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, outcome, context, logs_forwarded=True)
-
-    def _check_local_queue(self, hook: TrainingJobHook, manifest: Mapping[str, Any]) -> None:
-        """Refuse, before anything is created, a job for a LocalQueue that can admit nothing (missing, or
-        it or its ClusterQueue stopped or inactive): waiting for it would only end at ``queue_timeout``."""
-        from airflow_provider_disttrain.hooks.kueue import check_local_queue
-
-        if (queue := queue_name(manifest)) is None:
-            return
-        namespace = manifest["metadata"]["namespace"]
-        if problem := check_local_queue(hook, namespace, queue, self.log):
-            raise JobInadmissibleError(
-                f"{self.kind} {namespace}/{manifest['metadata']['name']} was not submitted: Kueue could never "
-                f"admit it ({problem})"
-            )
 
     def _reattached_job_vanished(self, identity: JobIdentity, outcome: dict[str, Any]) -> bool:
         """Whether the job this try took over from an earlier one is gone, so a fresh one must be submitted.
