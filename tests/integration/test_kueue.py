@@ -44,7 +44,9 @@ def pipeline():
 """
 COMMON = (
     f"local_queue={LOCAL_QUEUE!r}, deferrable=True, "
-    f"wait_policy=WaitPolicy(poll_interval=1, startup_timeout={STARTUP_TIMEOUT}), "
+    # A progress line per second at most after the first three (default 30 s): the waiting job's line with
+    # Kueue's reason must not be folded into the next one when the job's start used the burst.
+    f"wait_policy=WaitPolicy(poll_interval=1, startup_timeout={STARTUP_TIMEOUT}, progress_interval=1), "
     f"annotations={{'disttrain.test/run-seconds': '{RUN_SECONDS}'}}"
 )
 # Eight GPUs each: a PyTorchJob's Master and Worker with 4, an MPIJob's two Workers with 4 (no launcher
