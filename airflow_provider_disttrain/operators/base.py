@@ -22,7 +22,7 @@ from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.gpus import gpus_per_replica
-from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
+from airflow_provider_disttrain.identity import JobIdentity, instance_key_of, owns
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.links import TrainingJobLink
@@ -176,6 +176,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         self.stream_logs = bool(stream_logs)
         self.server_dry_run = server_dry_run
         self._job_ref: JobRef | None = None
+        self._claiming: tuple[JobIdentity, str, str] | None = None
         self._keep_job_on_kill = False
 
     def _do_render_template_fields(
@@ -268,6 +269,15 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            return self._execute(context)
+        except AirflowTaskTimeout:
+            # Wherever the timer struck (connecting, submitting, waiting, ending), the task runner calls
+            # on_kill next: it must follow the timeout's policy, not the kill's.
+            self._keep_job_on_kill = not self.cleanup_policy.on_timeout
+            raise
+
+    def _execute(self, context: Context) -> dict[str, Any]:
         hook = self.hook
         manifest = self.build_job_manifest(context, hook.default_namespace())
         if self.server_dry_run:
@@ -295,9 +305,11 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         refuse_a_queue_that_admits_nothing(hook, self.kind, manifest, self.log)
         identity = self.identity(context)
         submitted_at = self.wall_clock()
+        self._claiming = (identity, manifest["metadata"]["name"], manifest["metadata"]["namespace"])
         job, reattached = identity.claim(
             manifest, explicit_name=bool(self.job_name), if_exists=self.if_exists, submitted_at=submitted_at
         )
+        self._claiming = None
         metadata = job["metadata"]
         self._job_ref = ref = JobRef(self.kind, metadata["name"], metadata["namespace"], metadata.get("uid"))
         JobIdentity.publish(context["ti"], ref)
@@ -318,11 +330,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         )
         if self.deferrable and not job_state(job).is_terminal:
             self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job))
-        try:
-            outcome = self._wait(hook, ref, deadlines)
-        except AirflowTaskTimeout:
-            self._keep_job_on_kill = not self.cleanup_policy.on_timeout
-            raise
+        outcome = self._wait(hook, ref, deadlines)
         if reattached and self._reattached_job_vanished(identity, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, outcome, context, logs_forwarded=True)
@@ -377,11 +385,25 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
 
     def on_kill(self) -> None:
         """The task was killed while waiting in sync mode (or timed out): delete its job."""
-        ref = self._job_ref
-        if ref is None or not self.cleanup_policy.on_kill or self._keep_job_on_kill:
+        if not self.cleanup_policy.on_kill or self._keep_job_on_kill:
+            return
+        ref = self._job_ref or self._job_of_an_interrupted_claim()
+        if ref is None:
             return
         self.log.info("Task killed: deleting %s", ref.title)
         self.hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+
+    def _job_of_an_interrupted_claim(self) -> JobRef | None:
+        """The job a submission killed half-way may have created: its create can have landed before the
+        kill, and no retry may come to take it over. Only a job carrying this task instance's label."""
+        if self._claiming is None:
+            return None
+        identity, name, namespace = self._claiming
+        job = self.hook.get_job(self.kind, name, namespace)
+        if not owns(job, identity.instance_key):
+            return None
+        assert job is not None
+        return JobRef(self.kind, name, namespace, job["metadata"].get("uid"))
 
     # -- waiting --------------------------------------------------------------------------------------
 

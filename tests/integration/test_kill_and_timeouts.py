@@ -36,19 +36,23 @@ def test_execution_timeout_deletes_the_job(namespace, run_dag, jobs, capfd, defe
     jobs.wait_for(lambda: jobs.get("pytorchjobs", namespace, job_name) is None, timeout=30, what="job deletion")
 
 
-def test_execution_timeout_keeps_the_job_when_asked(namespace, run_dag, jobs):
+def test_execution_timeout_keeps_the_job_when_asked(namespace, run_dag, jobs, capfd):
     dag_id = unique_dag_id("exec_timeout_keep")
     job_name = f"keep-{dag_id[-6:]}"
     source = training_dag(
         dag_id,
         job_name=job_name,
         annotations=LONG_RUNNING,
-        execution_timeout=timedelta(seconds=8),
+        # Long enough for the submission on a loaded machine (a CI run timed out before its create once).
+        execution_timeout=timedelta(seconds=15),
         cleanup_policy=CleanupPolicy(on_timeout=False),
     )
     result = run_dag(dag_id, source)
 
     assert result.task_state("train") == "failed"
+    output = "".join(capfd.readouterr())
+    assert f"Submitted PyTorchJob {namespace}/{job_name}" in output
+    assert "AirflowTaskTimeout" in output
     assert jobs.get("pytorchjobs", namespace, job_name) is not None
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import tracemalloc
 from typing import Any
 
@@ -155,19 +154,19 @@ def test_bad_throttle_settings_are_refused():
 
 
 def test_a_thousand_trackers_cost_little():
-    """1,000 deferred jobs: each observed on every change; memory and time stay small."""
+    """1,000 deferred jobs: each observed on every change; the memory they hold stays small.
+
+    (Their CPU cost is measured, not asserted: ``bench/trigger_scale.py`` prints it per waiting job.)
+    """
     views = [make_job(status=status) for status in (queued_status(), running_status(4), succeeded_status(4))]
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
     trackers = [ProgressTracker() for _ in range(1000)]
-    started = time.process_time()
     said = sum(tracker.observe(view, now=float(i)) is not None for i, view in enumerate(views) for tracker in trackers)
-    spent = time.process_time() - started
     grown = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename"))
     tracemalloc.stop()
     assert said == 3000
     assert grown < 2_000_000, grown  # bytes for 1,000 trackers holding their last line
-    assert spent < 2.0, spent  # CPU seconds for 3,000 observations (a shared 2-core machine)
 
 
 def test_a_trainjob_is_told_per_replicated_job(load_yaml):

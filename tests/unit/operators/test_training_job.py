@@ -323,6 +323,59 @@ def test_execution_timeout_in_sync_mode_follows_delete_on_timeout(delete_on_time
     assert bool(hook.called("delete_job")) == deleted
 
 
+@pytest.mark.parametrize(("delete_on_timeout", "deleted"), [(True, True), (False, False)])
+def test_a_timeout_while_the_create_reply_is_on_its_way_follows_delete_on_timeout(
+    delete_on_timeout: bool, deleted: bool
+) -> None:
+    """The job exists but the task never learnt its uid: on_kill finds it by name and this instance's label."""
+    hook = progressing(running_status())
+    create = hook.create_job
+
+    def create_then_time_out(*args: Any, **kwargs: Any) -> Any:
+        create(*args, **kwargs)
+        raise AirflowTaskTimeout("timed out")
+
+    hook.create_job = create_then_time_out  # type: ignore[method-assign]
+    operator = make_operator(hook, job_name="train-abc", cleanup_policy=CleanupPolicy(on_timeout=delete_on_timeout))
+
+    with pytest.raises(AirflowTaskTimeout):
+        operator.execute(make_context())
+    operator.on_kill()
+
+    assert (hook.job("train-abc") is None) == deleted
+    assert hook.called("delete_job") == (
+        [(("PyTorchJob", "train-abc", "default"), {"uid": "uid-created-1"})] if deleted else []
+    )
+
+
+def test_a_timeout_between_the_submission_and_the_wait_keeps_the_job_when_asked() -> None:
+    hook = progressing(running_status())
+    ti = FakeTI()
+    ti.xcom_push = lambda key, value: (_ for _ in ()).throw(AirflowTaskTimeout("timed out"))  # type: ignore[method-assign]
+    operator = make_operator(hook, job_name="train-abc", cleanup_policy=CleanupPolicy(on_timeout=False))
+
+    with pytest.raises(AirflowTaskTimeout):
+        operator.execute(make_context(ti))
+    operator.on_kill()
+
+    assert hook.job("train-abc") is not None
+    assert hook.called("delete_job") == []
+
+
+def test_a_kill_before_the_create_leaves_another_owners_job_of_that_name_alone() -> None:
+    hook = progressing(running_status())
+    hook.add_job(make_job("train-abc", labels={TASK_INSTANCE_LABEL: "someone-else"}))
+    hook.on_get = lambda number: (_ for _ in ()).throw(Killed) if number == 1 else None  # the claim's look
+    operator = make_operator(hook, job_name="train-abc")
+
+    with pytest.raises(Killed):
+        operator.execute(make_context())
+    operator.on_kill()
+
+    assert hook.job("train-abc") is not None
+    assert hook.called("delete_job") == []
+
+
 def test_wait_for_completion_false_returns_once_submitted() -> None:
     hook = progressing(running_status())
 
