@@ -33,7 +33,7 @@ from airflow_provider_disttrain.naming import (
     TASK_INSTANCE_LABEL,
     task_instance_key,
 )
-from airflow_provider_disttrain.outcome import JobRef
+from airflow_provider_disttrain.outcome import ERROR, JobRef
 from airflow_provider_disttrain.status import JobState, describe_state, job_state
 
 if TYPE_CHECKING:
@@ -180,13 +180,33 @@ class JobIdentity:
         """Whether the job ``ref`` pins is deleted, being deleted, or replaced by another under its name."""
         return _gone_or_going(self.hook.get_job(ref.kind, ref.name, ref.namespace), ref.uid)
 
+    def taken_over_job_vanished(self, ref: JobRef, outcome: Mapping[str, Any]) -> bool:
+        """Whether the job this try took over from an earlier one is gone, so a fresh one must be submitted.
+
+        Clearing a deferred task starts the new try at once and the old try's trigger deletes the job
+        (``on_kill``) a moment later: the new try may have taken that job over already. The user asked
+        for the task to run again, so it does, rather than failing on the earlier try's cleanup.
+        """
+        if outcome["status"] != ERROR or not self.vanished(ref):
+            return False
+        self.log.warning(
+            "%s, which this try took over from an earlier one, was deleted (the earlier try's cleanup, "
+            "e.g. after the task was cleared): submitting a fresh job",
+            ref.title,
+        )
+        return True
+
     # -- XCom -------------------------------------------------------------------------------------
 
     def own_job_from_xcom(self, ti: Any) -> dict[str, Any] | None:
         """The job this task instance created, named in its XComs; None if that name now holds another's job."""
         name = ti.xcom_pull(task_ids=ti.task_id, key="job_name", map_indexes=ti.map_index)
         namespace = ti.xcom_pull(task_ids=ti.task_id, key="job_namespace", map_indexes=ti.map_index)
-        job = self.hook.get_job(self.kind, name, namespace) if name and namespace else None
+        return self.own_job(name, namespace) if name and namespace else None
+
+    def own_job(self, name: str, namespace: str) -> dict[str, Any] | None:
+        """The job of that name, if it is this task instance's (carries its label); else None."""
+        job = self.hook.get_job(self.kind, name, namespace)
         return job if owns(job, self.instance_key) else None
 
     @staticmethod

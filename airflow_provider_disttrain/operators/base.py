@@ -18,15 +18,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
-from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.gpus import gpus_per_replica
-from airflow_provider_disttrain.identity import JobIdentity, instance_key_of, owns
+from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.links import TrainingJobLink
-from airflow_provider_disttrain.logs import LEADER, LogForwarder, validate_log_replicas
+from airflow_provider_disttrain.logs import LEADER, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, manifest_template
 from airflow_provider_disttrain.manifest.pod_validation import env_values_by_name
@@ -40,6 +39,7 @@ from airflow_provider_disttrain.manifest.validation import (
 from airflow_provider_disttrain.naming import generate_job_name, task_instance_labels
 from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
+from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for
 from airflow_provider_disttrain.outcome import JobRef
 from airflow_provider_disttrain.parameters import (
     IF_EXISTS_CHOICES,
@@ -49,7 +49,7 @@ from airflow_provider_disttrain.parameters import (
     choice,
     require_type,
 )
-from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state
+from airflow_provider_disttrain.status import describe_state, job_result, job_state
 
 if TYPE_CHECKING:
     import jinja2
@@ -331,26 +331,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         if self.deferrable and not job_state(job).is_terminal:
             self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job))
         outcome = self._wait(hook, ref, deadlines)
-        if reattached and self._reattached_job_vanished(identity, outcome):
+        if reattached and identity.taken_over_job_vanished(ref, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, outcome, context, logs_forwarded=True)
-
-    def _reattached_job_vanished(self, identity: JobIdentity, outcome: dict[str, Any]) -> bool:
-        """Whether the job this try took over from an earlier one is gone, so a fresh one must be submitted.
-
-        Clearing a deferred task starts the new try at once and the old try's trigger deletes the job
-        (``on_kill``) a moment later: the new try may have taken that job over already. The user asked
-        for the task to run again, so it does, rather than failing on the earlier try's cleanup.
-        """
-        ref = self._job_ref
-        if ref is None or outcome["status"] != outcomes.ERROR or not identity.vanished(ref):
-            return False
-        self.log.warning(
-            "%s, which this try took over from an earlier one, was deleted (the earlier try's cleanup, "
-            "e.g. after the task was cleared): submitting a fresh job",
-            ref.title,
-        )
-        return True
 
     def execute_complete(
         self, context: Context, event: dict[str, Any], job_uid: str | None = None, reattached: bool = False
@@ -364,7 +347,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         uid = job_uid or (event.get("job") or {}).get("uid")
         self._job_ref = JobRef(self.kind, event["name"], event["namespace"], uid)
         hook = self.hook
-        if reattached and self._reattached_job_vanished(self.identity(context), event):
+        if reattached and self.identity(context).taken_over_job_vanished(self._job_ref, event):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, event, context, logs_forwarded=False)
 
@@ -394,76 +377,45 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         self.hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
 
     def _job_of_an_interrupted_claim(self) -> JobRef | None:
-        """The job a submission killed half-way may have created: its create can have landed before the
-        kill, and no retry may come to take it over. Only a job carrying this task instance's label."""
-        if self._claiming is None:
-            return None
-        identity, name, namespace = self._claiming
-        job = self.hook.get_job(self.kind, name, namespace)
-        if not owns(job, identity.instance_key):
-            return None
-        assert job is not None
-        return JobRef(self.kind, name, namespace, job["metadata"].get("uid"))
+        """The job a submission killed half-way may have created (the create can land before the kill, and
+        no retry may come to take it over): only a job of that name carrying this task instance's label."""
+        identity, name, namespace = self._claiming or (None, "", "")
+        job = identity.own_job(name, namespace) if identity is not None else None
+        return None if job is None else JobRef(self.kind, name, namespace, job["metadata"].get("uid"))
 
     # -- waiting --------------------------------------------------------------------------------------
 
     def _defer(self, hook: TrainingJobHook, deadlines: Deadlines, *, reattached: bool, gpus: dict[str, int]) -> None:
-        from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
-
-        assert self._job_ref is not None
+        ref = self._job_ref
+        assert ref is not None
+        trigger = trigger_for(
+            ref,
+            deadlines,
+            wait_policy=self.wait_policy,
+            cleanup_policy=self.cleanup_policy,
+            stream_logs=self.stream_logs,
+            gpus_per_replica=gpus,
+            connection=hook.trigger_connection(),
+        )
         self.defer(
-            trigger=TrainingJobTrigger(
-                kind=self.kind,
-                name=self._job_ref.name,
-                namespace=self._job_ref.namespace,
-                uid=self._job_ref.uid,
-                startup_deadline=deadlines.startup,
-                queue_deadline=deadlines.queue,
-                execution_deadline=deadlines.execution,
-                poll_interval=self.wait_policy.poll_seconds,
-                progress_interval=self.wait_policy.progress_seconds,
-                gpus_per_replica=gpus,
-                delete_on_kill=self.cleanup_policy.on_kill,
-                stream_logs=self.stream_logs,
-                connection=hook.trigger_connection(),
-            ),
+            trigger=trigger,
             method_name="execute_complete",
-            kwargs={"job_uid": self._job_ref.uid, "reattached": reattached},
+            kwargs={"job_uid": ref.uid, "reattached": reattached},
             timeout=deadlines.deferral_timeout(now=self.wall_clock()),
         )
 
     def _wait(self, hook: TrainingJobHook, ref: JobRef, deadlines: Deadlines) -> dict[str, Any]:
-        """Poll until the deadlines say the wait is over, copying the leader's new log lines each time."""
-        from airflow_provider_disttrain.hooks.kueue import KueueWaitReporter
-
-        forwarder = LogForwarder(hook, self.job_kind, ref.name, ref.namespace, self.log_replicas, self.log)
-        kueue = KueueWaitReporter(hook, self.log)
-        poll_interval = self.wait_policy.poll_seconds
-        last_state: JobState | None = None
-        # Once seen running, a later suspension is not "not started yet" (an MPIJob's conditions can't tell).
-        seen_running = False
-        while True:
-            job = hook.get_job(ref.kind, ref.name, ref.namespace)
-            forwarder.forward()
-            seen_running = seen_running or (job is not None and has_run(job))
-            now = self.wall_clock()
-            waiting_reason = kueue.observe(job)
-            if outcome := deadlines.check(
-                ref,
-                job,
-                now=now,
-                has_run=seen_running,
-                waiting_reason=waiting_reason,
-                never_admitted=kueue.never_admitted,
-            ):
-                forwarder.forward()
-                return outcome
-            state = job_state(job or {})
-            if state != last_state:
-                self.log.info("%s is %s", ref.title, describe_state(job or {}))
-                last_state = state
-            remaining = deadlines.seconds_left(state, now=now, job=job, has_run=seen_running)
-            self.sleep(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
+        return poll_until_over(
+            hook,
+            self.job_kind,
+            ref,
+            deadlines,
+            poll_interval=self.wait_policy.poll_seconds,
+            log_replicas=self.log_replicas,
+            log=self.log,
+            clock=self.wall_clock,
+            sleep=self.sleep,
+        )
 
     # -- the ending, shared by both modes -------------------------------------------------------------
 
