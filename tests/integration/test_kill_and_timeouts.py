@@ -9,14 +9,9 @@ from datetime import timedelta
 import pytest
 
 from airflow_provider_disttrain.parameters import CleanupPolicy
-from tests.integration.conftest import training_dag, unique_dag_id
+from tests.integration.conftest import SYNC_TIMEOUT, training_dag, unique_dag_id
 
 LONG_RUNNING = {"disttrain.test/run-seconds": "600"}
-# In sync mode two clocks race: the wait's own execution deadline (counted from the task's start_date, so
-# the earlier one) and Airflow's signal timer (from the call to execute). Which ends the task depends on
-# how long the task took to reach execute (dag.test's first task waits for its in-process API server);
-# either must leave the job as cleanup_policy.on_timeout says.
-SYNC_TIMEOUT = r"AirflowTaskTimeout|did not finish within the task's execution_timeout"
 
 
 @pytest.mark.parametrize(

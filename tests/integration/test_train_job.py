@@ -5,6 +5,7 @@ account bound to exactly the documented Role and ClusterRole."""
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from airflow_provider_disttrain.parameters import WaitPolicy
-from tests.integration.conftest import unique_dag_id, with_defaults
+from tests.integration.conftest import SYNC_TIMEOUT, unique_dag_id, with_defaults
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -386,7 +387,7 @@ def test_a_sync_task_that_times_out_deletes_its_trainjob(namespace, run_dag, tra
     result = run_dag(dag_id, source)
 
     assert result.task_state("train") == "failed"
-    assert "AirflowTaskTimeout" in "".join(capfd.readouterr())
+    assert re.search(SYNC_TIMEOUT, "".join(capfd.readouterr()))
     trainjobs.wait_for(lambda: trainjobs.get(namespace, name) is None, timeout=30, what="TrainJob deletion")
     trainjobs.wait_for(lambda: not trainjobs.pods(namespace, name), timeout=60, what="pod garbage collection")
 
