@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -283,6 +284,15 @@ def run_dag(airflow_db: Path) -> Callable[..., DagRunResult]:
 # how long the task took to reach execute (dag.test's first task waits for its in-process API server);
 # either must leave the job as cleanup_policy.on_timeout says.
 SYNC_TIMEOUT = r"AirflowTaskTimeout|did not finish within the task's execution_timeout"
+
+
+@pytest.fixture
+def example_dags(airflow_db: Path) -> Path:
+    """The examples copied into the DAGs folder (with the manifest next to them), as a user deploys them:
+    one copy for every test of the session (a DAG id may live in one file of the folder only)."""
+    target = airflow_db / "examples"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "example_dags", target, dirs_exist_ok=True)
+    return target
 
 
 def unique_dag_id(prefix: str) -> str:

@@ -14,7 +14,6 @@ training/requirements.txt).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +28,13 @@ PROVIDER_ON_PATH = {"PYTHONPATH": str(REPO)}
 
 
 def test_the_example_dag_all_reduces_across_torchrun_and_mpirun_ranks_and_hands_rank_0s_value_on(
-    airflow_db: Path, executing: str, jobs: Any
+    example_dags: Path, executing: str, jobs: Any
 ) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
     from airflow_provider_disttrain.decorators.base import DecoratedTrainingJobOperator
 
-    # The same copy as the other example tests' (one DAG id must live in one file of the DAGs folder).
-    folder = airflow_db / "examples"
-    if not folder.exists():
-        shutil.copytree(EXAMPLE.parent, folder)
-    bag = DagBag(str(folder / EXAMPLE.name))
+    bag = DagBag(str(example_dags / EXAMPLE.name))
     assert not bag.import_errors, bag.import_errors
     dag = bag.get_dag("disttrain_taskflow_decorators")
     decorated = [t for t in dag.tasks if isinstance(t, DecoratedTrainingJobOperator)]

@@ -4,7 +4,6 @@ The retraining example trains for real, on the executing node: tests/integration
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -26,15 +25,6 @@ EXAMPLES = {
     "disttrain_manifest_first": {"train_from_manifest": "success"},
     "disttrain_trainjob_finetune": {"finetune": "success", "report": "success"},
 }
-
-
-@pytest.fixture
-def example_dags(airflow_db: Path) -> Path:
-    """The examples copied into the DAGs folder (with the manifest next to them), as a user deploys them."""
-    target = airflow_db / "examples"
-    if not target.exists():
-        shutil.copytree(REPO / "example_dags", target)
-    return target
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXAMPLES))

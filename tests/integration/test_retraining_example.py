@@ -27,7 +27,7 @@ DAG_ID = "disttrain_retraining_pipeline"
 
 
 @pytest.fixture
-def example_dag(airflow_db: Path, admin_api: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+def example_dag(example_dags: Path, admin_api: Any, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     from airflow.dag_processing.dagbag import DagBag
     from kubernetes import client
 
@@ -40,10 +40,7 @@ def example_dag(airflow_db: Path, admin_api: Any, namespace: str, monkeypatch: p
     monkeypatch.setenv("DISTTRAIN_SHARED_STORAGE", str(storage))
     # The demo and the test run the pods on this machine: the image is the executing node's stand-in.
     monkeypatch.setenv("DISTTRAIN_PYTORCH_IMAGE", "disttrain-pytorch:local")
-    target = airflow_db / "examples"
-    target.mkdir(exist_ok=True)
-    shutil.copy(REPO / "example_dags" / "retraining_pipeline.py", target)
-    bag = DagBag(str(target / "retraining_pipeline.py"))
+    bag = DagBag(str(example_dags / "retraining_pipeline.py"))
     assert not bag.import_errors, bag.import_errors
     return bag.get_dag(DAG_ID)
 
