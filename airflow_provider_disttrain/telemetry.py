@@ -84,33 +84,40 @@ class JobCensus:
     """The jobs this process's triggers wait for: their state and GPUs held, sent as gauges on each change.
 
     A gauge is sent only when something changed (a few times in a job's life), all of them at once so a
-    state that emptied is sent as 0. One dict entry per waiting trigger.
+    state that emptied is sent as 0. One dict entry per waiting trigger. A job two triggers wait for (its
+    operator's and a sensor's) counts once in ``jobs.*`` and ``gpus_held``, with the GPUs of whichever
+    trigger knows them (a sensor knows the job only from the cluster), and twice in ``triggers.waiting``.
     """
 
     def __init__(self) -> None:
-        self._jobs: dict[str, tuple[str, int]] = {}
+        self._triggers: dict[str, tuple[str, str, int]] = {}  # trigger -> (job, state, GPUs held)
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self._triggers)
 
-    def observe(self, key: str, state: str, gpus_held: int) -> None:
-        """The trigger ``key`` (its job's identity) sees its job in ``state`` holding ``gpus_held``."""
-        entry = (state, gpus_held)
-        if self._jobs.get(key) != entry:
-            self._jobs[key] = entry
+    def observe(self, trigger: str, job: str, state: str, gpus_held: int) -> None:
+        """The trigger ``trigger`` sees its job ``job`` (the job's identity) in ``state`` holding ``gpus_held``."""
+        entry = (job, state, gpus_held)
+        if self._triggers.get(trigger) != entry:
+            self._triggers[trigger] = entry
             self._send()
 
-    def forget(self, key: str) -> None:
-        """The trigger ``key`` ended (its job finished, or the trigger was cancelled or moved)."""
-        if self._jobs.pop(key, None) is not None:
+    def forget(self, trigger: str) -> None:
+        """The trigger ended (its job finished, or the trigger was cancelled or moved)."""
+        if self._triggers.pop(trigger, None) is not None:
             self._send()
 
     def totals(self) -> dict[str, int]:
         """``{state: jobs}`` for each of ``CENSUS_STATES``, ``gpus_held`` and ``waiting`` (triggers)."""
+        jobs: dict[str, tuple[str, int]] = {}
+        for job, state, gpus in self._triggers.values():
+            # The newest state any watcher saw would need a clock; the GPUs known are the larger figure.
+            if job not in jobs or gpus > jobs[job][1]:
+                jobs[job] = (state, gpus)
         totals = dict.fromkeys(CENSUS_STATES, 0)
-        for state, _ in self._jobs.values():
+        for state, _ in jobs.values():
             totals[state] = totals.get(state, 0) + 1
-        return {**totals, "gpus_held": sum(gpus for _, gpus in self._jobs.values()), "waiting": len(self._jobs)}
+        return {**totals, "gpus_held": sum(gpus for _, gpus in jobs.values()), "waiting": len(self._triggers)}
 
     def _send(self) -> None:
         totals = self.totals()

@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.exceptions import JobFailedError, JobInadmissibleError, TrainingJobError, classed_error
+from airflow_provider_disttrain.gpus import gpus_per_replica
 from airflow_provider_disttrain.operators.ending import publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.outcome import JobRef
@@ -80,9 +81,11 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
             return super().execute(context)
         ref = self._ref()
         now = self.wall_clock()
-        outcome = Deadlines().check(ref, self.hook.get_job(ref.kind, ref.name, ref.namespace), now=now)
+        job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
+        outcome = Deadlines().check(ref, job, now=now)
         if outcome is not None:
             return self._result(outcome)
+        assert job is not None  # a job that is absent is an outcome
         from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
         self.defer(
@@ -92,6 +95,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
                 namespace=ref.namespace,
                 execution_deadline=Deadlines.within(self.timeout, now=now).execution,
                 poll_interval=float(self.poke_interval),
+                gpus_per_replica=gpus_per_replica(job),  # for the GPUs-held gauge, from the job just read
                 delete_on_kill=False,  # The sensor watches a job it does not own.
                 connection=self.hook.trigger_connection(),
             ),

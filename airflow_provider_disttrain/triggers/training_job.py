@@ -385,7 +385,8 @@ class TrainingJobTrigger(BaseTrigger):
         if state.is_terminal:
             telemetry.census.forget(self._census_key)
         else:
-            telemetry.census.observe(self._census_key, state.value, gpus_held(job, self.gpus_per_replica or {}))
+            held = gpus_held(job, self.gpus_per_replica or {})
+            telemetry.census.observe(self._census_key, self.ref.title, state.value, held)
 
     @property
     def _census_key(self) -> str:

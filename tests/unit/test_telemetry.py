@@ -12,8 +12,8 @@ from tests.statsd_listener import StatsdListener
 
 def test_the_census_sends_jobs_by_state_gpus_held_and_waiting_triggers_on_each_change(statsd: StatsdListener) -> None:
     census = telemetry.JobCensus()
-    census.observe("a", "queued", 0)
-    census.observe("b", "running", 16)
+    census.observe("a", "job-a", "queued", 0)
+    census.observe("b", "job-b", "running", 16)
     assert statsd.last_gauges() == {
         "disttrain.triggers.waiting": 2,
         "disttrain.gpus_held": 16,
@@ -23,9 +23,9 @@ def test_the_census_sends_jobs_by_state_gpus_held_and_waiting_triggers_on_each_c
     }
     sent = len(statsd.ours())
 
-    census.observe("b", "running", 16)  # nothing changed: nothing sent
+    census.observe("b", "job-b", "running", 16)  # nothing changed: nothing sent
     assert len(statsd.ours()) == sent
-    census.observe("a", "running", 8)
+    census.observe("a", "job-a", "running", 8)
     census.forget("b")
     census.forget("b")  # a trigger ends once, but forgetting twice changes nothing
 
@@ -37,6 +37,18 @@ def test_the_census_sends_jobs_by_state_gpus_held_and_waiting_triggers_on_each_c
         "disttrain.jobs.running": 1,
     }
     assert len(statsd.ours()) == sent + 2 * 5  # two more changes, all five gauges each
+
+
+def test_a_job_waited_for_by_its_operator_and_a_sensor_counts_once() -> None:
+    census = telemetry.JobCensus()
+    census.observe("operator's trigger", "PyTorchJob ml/train", "running", 24)
+    census.observe("sensor's trigger", "PyTorchJob ml/train", "running", 24)
+    census.observe("another job's trigger", "PyTorchJob ml/other", "queued", 0)
+
+    assert census.totals() == {"queued": 1, "suspended": 0, "running": 1, "gpus_held": 24, "waiting": 3}
+
+    census.forget("operator's trigger")  # the sensor still watches: the job and its GPUs still count
+    assert census.totals() == {"queued": 1, "suspended": 0, "running": 1, "gpus_held": 24, "waiting": 2}
 
 
 def test_every_failed_attempt_of_a_retried_request_is_an_api_error_of_its_class(statsd: StatsdListener) -> None:
@@ -63,6 +75,6 @@ def test_a_metrics_backend_that_fails_never_breaks_the_wait(monkeypatch: pytest.
     census = telemetry.JobCensus()
 
     telemetry.api_error("server")
-    census.observe("a", "running", 8)
+    census.observe("a", "job-a", "running", 8)
 
     assert census.totals()["running"] == 1

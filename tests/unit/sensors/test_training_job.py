@@ -21,6 +21,7 @@ from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, 
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from airflow_provider_disttrain.status import job_result
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+from tests.unit.conftest import read_yaml
 from tests.unit.fakes import (
     FAILED_REASON,
     OOM_KILLED,
@@ -150,6 +151,22 @@ def test_deferrable_defers_to_a_trigger_that_never_deletes_the_job() -> None:
     assert trigger.poll_interval == 30.0
     assert trigger.connection == connection
     assert deferred.value.method_name == "execute_complete"
+
+
+def test_the_deferred_sensor_tells_its_trigger_the_gpus_the_job_asks_for() -> None:
+    """A job submitted with wait_for_completion=False and sensed later still counts in disttrain.gpus_held."""
+    hook = FakeTrainingJobHook()
+    job = read_yaml("manifests/pytorchjob.yaml")
+    job["metadata"] = make_job("train-abc")["metadata"]
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0].setdefault("resources", {})["limits"] = {"nvidia.com/gpu": 8}
+    hook.add_job(job | {"status": running_status()})
+
+    with pytest.raises(TaskDeferred) as deferred:
+        make_sensor(hook, deferrable=True).execute(make_context())
+
+    assert deferred.value.trigger.gpus_per_replica == {"Master": 8, "Worker": 8}
+    assert len(hook.called("get_job")) == 1  # read off the job the sensor looks at anyway
 
 
 def test_deferrable_returns_at_once_for_a_finished_job() -> None:
