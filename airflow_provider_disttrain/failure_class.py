@@ -175,10 +175,26 @@ def _pod_traces(kind: JobKind, pod: Mapping[str, Any]) -> Iterable[_Trace]:
 
 def _log_traces(log_tails: Mapping[str, str]) -> Iterable[_Trace]:
     for pod_name, tail in log_tails.items():
-        lines = [line.strip() for line in tail.splitlines() if line.strip()]
-        if any(line == TRACEBACK for line in lines):
-            # The exception is the last line of the traceback (what Python prints last before exiting).
-            yield _Trace("log", "Traceback", f"{pod_name}: {lines[-1]}")
+        if (exception := exception_line(tail)) is not None:
+            yield _Trace("log", "Traceback", f"{pod_name}: {exception}")
+
+
+def exception_line(log: str) -> str | None:
+    """The exception a Python traceback in ``log`` ends with; None without a traceback.
+
+    Not simply the log's last line: stdout and stderr are two streams, and a line the script printed
+    before raising can be logged after the traceback (seen on the local cluster), as can a logging
+    thread's. The exception is the first unindented line after the last traceback's header (frames are
+    indented; a chained exception's own traceback comes last).
+    """
+    lines = log.splitlines()
+    headers = [i for i, line in enumerate(lines) if line.strip() == TRACEBACK]
+    if not headers:
+        return None
+    after = [line for line in lines[headers[-1] + 1 :] if line.strip()]
+    unindented = next((line.strip() for line in after if not line[:1].isspace()), None)
+    # A tail cut inside the frames has no exception line: its last line is the best there is.
+    return unindented or (after[-1].strip() if after else TRACEBACK)
 
 
 def traces(

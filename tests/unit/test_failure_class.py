@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.failure_class import REASONS, FailureClass, classify
+from airflow_provider_disttrain.failure_class import REASONS, FailureClass, classify, exception_line
 from airflow_provider_disttrain.kinds import JOB_KINDS
 
 PYTORCH = JOB_KINDS["PyTorchJob"]
@@ -127,6 +127,36 @@ def test_a_traceback_is_quoted_by_its_exception_line(load_yaml: Callable[[str], 
             "pytorch-simple-worker-0: ValueError: loss is nan at step 7",
         ],
     }
+
+
+@pytest.mark.parametrize(
+    ("log", "exception"),
+    [
+        # stdout's line logged after stderr's traceback (two streams; seen on the local cluster)
+        (
+            'Traceback (most recent call last):\n  File "<string>", line 3, in <module>\n'
+            "ValueError: loss is nan at step 7\nepoch=1 loss=0.6931\n",
+            "ValueError: loss is nan at step 7",
+        ),
+        # a chained exception: the last traceback's exception is the one that ended the process
+        (
+            "Traceback (most recent call last):\n  File \"train.py\", line 9, in load\nKeyError: 'shard'\n\n"
+            "During handling of the above exception, another exception occurred:\n\n"
+            'Traceback (most recent call last):\n  File "train.py", line 12, in <module>\n    load()\n'
+            "    ^^^^^^\nRuntimeError: no shard 3\n",
+            "RuntimeError: no shard 3",
+        ),
+        # a tail cut inside the frames
+        (
+            'Traceback (most recent call last):\n  File "train.py", line 12, in <module>\n',
+            'File "train.py", line 12, in <module>',
+        ),
+        ("epoch=1 loss=0.6931\nexit\n", None),
+    ],
+    ids=["stdout-after-stderr", "chained", "cut-in-the-frames", "no-traceback"],
+)
+def test_the_exception_of_a_traceback_is_its_first_unindented_line(log: str, exception: str | None) -> None:
+    assert exception_line(log) == exception
 
 
 def test_the_evidence_lists_only_what_points_to_the_decided_class(load_yaml: Callable[[str], dict[str, Any]]) -> None:
