@@ -29,8 +29,9 @@ def _bash(script: str, env: dict[str, str], timeout: float = 900) -> subprocess.
 
 
 def _clean_env(tmp_path: Path) -> dict[str, str]:
-    """The user's shell: no test-suite Airflow settings, a fresh AIRFLOW_HOME."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+    """The user's shell: no test-suite Airflow settings, no CI step timer (.ci/run's STEP_TIMES), a fresh
+    AIRFLOW_HOME."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW") and key != "STEP_TIMES"}
     env["AIRFLOW_HOME"] = str(tmp_path / "airflow-home")
     return env
 
