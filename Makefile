@@ -69,9 +69,17 @@ lowest-deps-test: $(VENV_LOWEST)/.installed ## Unit tests on the lowest versions
 	@$(VENV_LOWEST)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal --durations=25
 	@$(STEP) end unit-lowest
 
-integration-test: venv cluster-up ## Integration tests against the local cluster
+# Integration tests in two passes. Most tests use only a namespace of their own and spend their time
+# waiting for the cluster, so they run on IT_WORKERS xdist workers at once; those that train for real on
+# the executing node (CPU) and those that hold the cluster's GPUs each form one xdist_group, run one at
+# a time on one worker. Tests marked `serial` restart the API server every test talks to: they run
+# alone afterwards.
+IT_WORKERS ?= 3
+integration-test: venv cluster-up ## Integration tests against the local cluster (IT_WORKERS=3 in parallel, then the serial ones)
 	@$(STEP) begin integration
-	@$(VENV)/bin/pytest tests -m integration -q -p no:cacheprovider -rs --durations=25
+	@$(VENV)/bin/pytest tests/integration -m "integration and not serial" -q -p no:cacheprovider -rs --durations=25 \
+		-n $(IT_WORKERS) --dist loadgroup
+	@$(VENV)/bin/pytest tests/integration -m "integration and serial" -q -p no:cacheprovider -rs --durations=25
 	@$(STEP) end integration
 
 test: lint unit-test lowest-deps-test integration-test e2e-test ## Everything CI runs: lint, unit tests (also on the lowest declared versions), integration tests on the local cluster, e2e tests in Airflow

@@ -9,7 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.readme import README, block_under
+
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
 
 REPO = README.parent
 
