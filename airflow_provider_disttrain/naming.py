@@ -84,5 +84,25 @@ def task_instance_labels(
     return labels
 
 
+# The full ids, in annotations (no length or alphabet limit): the labels above are sanitized and cut to
+# 63 characters, so a dag id of 64 characters, with a leading "_" or a non-ASCII letter cannot be read
+# back from them. The orphan cleanup reads these first (``orphans.owner_of``); the task-instance hash
+# still decides whose job it is. Annotation keys may share the label keys' names.
+DAG_ID_ANNOTATION = f"{LABEL_PREFIX}/dag-id"
+TASK_ID_ANNOTATION = f"{LABEL_PREFIX}/task-id"
+# "false" on a job its submitting task does not wait for (wait_for_completion=False): that task ends
+# once the job is created, so its ending says nothing about whether anyone still needs the job.
+WAIT_FOR_COMPLETION_ANNOTATION = f"{LABEL_PREFIX}/wait-for-completion"
+
+
+def task_instance_annotations(dag_id: str, task_id: str, *, wait_for_completion: bool) -> dict[str, str]:
+    """The annotations the operators put on every job beside ``task_instance_labels``."""
+    return {
+        DAG_ID_ANNOTATION: dag_id,
+        TASK_ID_ANNOTATION: task_id,
+        WAIT_FOR_COMPLETION_ANNOTATION: "true" if wait_for_completion else "false",
+    }
+
+
 def label_selector(labels: Mapping[str, str]) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

@@ -36,7 +36,7 @@ from airflow_provider_disttrain.manifest.validation import (
     validate_namespace,
     validate_namespace_agrees,
 )
-from airflow_provider_disttrain.naming import generate_job_name, task_instance_labels
+from airflow_provider_disttrain.naming import generate_job_name, task_instance_annotations, task_instance_labels
 from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
 from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for
@@ -253,7 +253,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         if self.local_queue is not None:
             # On the job itself, for every kind: Kueue reads the label there (not on the pods).
             labels[QUEUE_NAME_LABEL] = self.local_queue
-        manifest = set_identity(manifest, name, namespace, labels)
+        # The full ids and whether this task waits for the job, for the orphan cleanup (orphans.owner_of, judge).
+        annotations = task_instance_annotations(ti.dag_id, ti.task_id, wait_for_completion=self.wait_for_completion)
+        manifest = set_identity(manifest, name, namespace, labels, annotations)
         if (queue := queue_name(manifest)) is not None:
             validate_queue_name(queue, "local_queue" if self.local_queue else f"metadata.labels[{QUEUE_NAME_LABEL}]")
         self.validate_job_manifest(manifest)
