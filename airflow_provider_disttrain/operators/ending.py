@@ -5,7 +5,8 @@ the trigger streamed), read the leader's metrics into a success's result and sav
 delete the job as the ``CleanupPolicy`` says, and otherwise fail the task with an explanation of
 what happened to the job (``hook.diagnose_outcome``: pods, container logs, events) and an error whose
 type says whose failure it was (``failure_class``: the training's or the infrastructure's). A timeout is
-settled with a fresh look first: a job that finished meanwhile ends the task as it finished.
+settled with a fresh look first: a job that finished meanwhile ends the task as it finished. A wait that
+lost contact with the API server (``outcome.LOST_CONTACT``) ends the task without reading or deleting.
 """
 
 from __future__ import annotations
