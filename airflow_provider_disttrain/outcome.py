@@ -2,15 +2,18 @@
 
 Shared by the synchronous wait loop, the sensor and the trigger, so that deferrable and sync mode
 end in the same way for the same job. An outcome is a JSON-safe dict (it travels as a trigger event):
-``{"status": "success" | "failed" | "timeout" | "inadmissible" | "error", "kind", "name", "namespace",
-"state", "message", "job"}`` where ``job`` is the ``job_result`` summary (or None when the job is gone).
-``inadmissible``: Kueue said it can never admit the job (``kueue_admission``), so it never ran.
+``{"status": "success" | "failed" | "timeout" | "inadmissible" | "lost_contact" | "error", "kind", "name",
+"namespace", "state", "message", "job"}`` where ``job`` is the ``job_result`` summary (or None when the job
+is gone). ``inadmissible``: Kueue said it can never admit the job (``kueue_admission``), so it never ran.
+``lost_contact``: the API server could not be reached for longer than ``api_failure_tolerance``; ``job``
+and ``state`` are the last look at the job, which says nothing of how it is doing now.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_disttrain.kueue import held_by_kueue, startup_clock_shift
@@ -21,6 +24,7 @@ SUCCESS = "success"
 FAILED = "failed"
 TIMEOUT = "timeout"
 INADMISSIBLE = "inadmissible"
+LOST_CONTACT = "lost_contact"
 ERROR = "error"
 
 
@@ -79,6 +83,21 @@ def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
 def _last_state(job: Mapping[str, Any], waiting_reason: str | None) -> str:
     described = describe_state(job)
     return f"{described}; Kueue: {waiting_reason}" if waiting_reason and held_by_kueue(job) else described
+
+
+def lost_contact(
+    ref: JobRef, job: Mapping[str, Any] | None, *, waited: float, last_contact: float, error: str
+) -> dict[str, Any]:
+    """The wait could not reach the API server for ``waited`` seconds (``error``: the last failure);
+    ``job`` is the last look at the job, taken by ``last_contact`` (epoch seconds)."""
+    at = datetime.fromtimestamp(last_contact, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    seen = f"was last seen {describe_state(job)} at {at}" if job else f"had not been read yet at {at}"
+    return make_outcome(
+        ref,
+        LOST_CONTACT,
+        f"lost contact with the API server for {waited:.0f}s while waiting for {ref.title} ({error}); the job {seen}",
+        job,
+    )
 
 
 def job_gone(ref: JobRef) -> dict[str, Any]:

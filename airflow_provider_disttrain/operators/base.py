@@ -413,6 +413,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             ref,
             deadlines,
             poll_interval=self.wait_policy.poll_seconds,
+            api_failure_tolerance=self.wait_policy.api_failure_tolerance_seconds,
             log_replicas=self.log_replicas,
             log=self.log,
             clock=self.wall_clock,

@@ -5,7 +5,8 @@ the trigger streamed), read the leader's metrics into a success's result and sav
 delete the job as the ``CleanupPolicy`` says, and otherwise fail the task with an explanation of
 what happened to the job (``hook.diagnose_outcome``: pods, container logs, events) and an error whose
 type says whose failure it was (``failure_class``: the training's or the infrastructure's). A timeout is
-settled with a fresh look first: a job that finished meanwhile ends the task as it finished.
+settled with a fresh look first: a job that finished meanwhile ends the task as it finished. A wait that
+lost contact with the API server (``outcome.LOST_CONTACT``) ends the task without reading or deleting.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from airflow_provider_disttrain.exceptions import (
     JobFailedError,
     JobInadmissibleError,
     JobTimeoutError,
+    LostContactError,
     TrainingJobError,
     classed_error,
 )
@@ -71,6 +73,8 @@ class JobEnding:
     def finish(self, outcome: dict[str, Any], *, logs_forwarded: bool) -> dict[str, Any]:
         """The task's result for a success; for anything else the error to fail the task with."""
         hook, ref = self.hook, self.ref
+        if outcome["status"] == outcomes.LOST_CONTACT:
+            raise self._lost_contact(outcome["message"])
         job = hook.get_job(ref.kind, ref.name, ref.namespace) if outcome["status"] != outcomes.SUCCESS else None
         if (settled := settle_timeout(ref, outcome, job)) is not outcome:
             self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled["message"])
@@ -124,6 +128,16 @@ class JobEnding:
         ):
             message += f"\n{ref.title} was deleted: this was the task's last try."
         raise TrainingJobError(message)
+
+    def _lost_contact(self, message: str) -> LostContactError:
+        """Losing the API server (a control-plane upgrade, a network partition) says nothing about the job,
+        last seen unfinished: it is not deleted whatever the cleanup policy or the try, and nothing more is
+        read (the server may still be away; the logs stay on the pods)."""
+        return LostContactError(
+            f"{message}\n{self.ref.title} was NOT deleted: losing contact with the API server says nothing "
+            "about the job. A retry of this task reattaches to it; without one, delete it yourself if it "
+            "should not go on."
+        )
 
     def _inadmissible(self, message: str, job: Mapping[str, Any] | None) -> JobInadmissibleError:
         """Kueue can never admit the job: it is deleted whatever the cleanup policy (it never ran, and left

@@ -9,7 +9,13 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.deadlines import Deadlines
-from airflow_provider_disttrain.exceptions import JobFailedError, JobInadmissibleError, TrainingJobError, classed_error
+from airflow_provider_disttrain.exceptions import (
+    JobFailedError,
+    JobInadmissibleError,
+    LostContactError,
+    TrainingJobError,
+    classed_error,
+)
 from airflow_provider_disttrain.gpus import gpus_per_replica
 from airflow_provider_disttrain.operators.ending import publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
@@ -117,6 +123,8 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
     def _judge(self, outcome: dict[str, Any]) -> dict[str, Any]:
         if outcome["status"] == outcomes.SUCCESS:
             return outcome["job"]
+        if outcome["status"] == outcomes.LOST_CONTACT:  # nothing to read from a server that is away
+            raise LostContactError(outcome["message"])
         ref = JobRef(outcome["kind"], outcome["name"], outcome["namespace"])
         job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
         message, cause = self.hook.diagnose_outcome(ref, outcome["status"], outcome["message"], job, logger=self.log)

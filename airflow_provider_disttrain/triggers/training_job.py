@@ -4,7 +4,8 @@ All triggers of one triggerer share one watch per (cluster, kind, namespace): th
 ``hooks.shared_watch``, which lists and watches the jobs the provider created (by their label) and
 wakes a trigger when its job changes. A job without that label (a sensor on a name) is followed
 through a watch of its own name. The trigger only judges what it is shown: it never raises out of
-``run()``; every outcome is one event, ``{"status": "success" | "failed" | "timeout" | "error", ...}``,
+``run()``; every outcome is one event, ``{"status": "success" | "failed" | "timeout" | "lost_contact" |
+"error", ...}``,
 carrying the job's summary and a message. Deadlines are absolute epoch seconds, so a trigger that is
 moved to another triggerer keeps the same ones, and each trigger wakes at its own deadline even when
 nothing changes on the server.
@@ -40,8 +41,11 @@ from airflow_provider_disttrain.kueue_admission import NeverAdmitted, never_admi
 from airflow_provider_disttrain.kueue_position import QueuePosition
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
-from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
-from airflow_provider_disttrain.parameters import DEFAULT_PROGRESS_INTERVAL_SECONDS
+from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, lost_contact, make_outcome
+from airflow_provider_disttrain.parameters import (
+    DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
+    DEFAULT_PROGRESS_INTERVAL_SECONDS,
+)
 from airflow_provider_disttrain.progress import ProgressTracker
 from airflow_provider_disttrain.status import JobState, has_run, job_state
 
@@ -103,7 +107,9 @@ class TrainingJobTrigger(BaseTrigger):
     :param progress_interval: after a burst, at most one progress line per this many seconds.
     :param gpus_per_replica: GPUs one pod of each replica type asks for (the manifest's, which the watch's
         view leaves out), for the ``disttrain.gpus_held`` metric; None when not known (a sensor).
-    :param api_failure_tolerance: seconds of continuous API failure before giving up with an error.
+    :param api_failure_tolerance: seconds of continuous API failure before giving up with a ``lost_contact``
+        event (the operator's ``WaitPolicy.api_failure_tolerance``); rows stored before it was settable
+        carry 300.
     :param delete_on_kill: delete the job when a user kills the deferred task.
     :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
     :param stream_logs_bytes_per_second: at most this much of that log is written per second.
@@ -126,7 +132,7 @@ class TrainingJobTrigger(BaseTrigger):
         watch_timeout: int = 300,
         progress_interval: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
         gpus_per_replica: Mapping[str, int] | None = None,
-        api_failure_tolerance: float = 300.0,
+        api_failure_tolerance: float = DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
         delete_on_kill: bool = True,
         stream_logs: bool = False,
         stream_logs_bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
@@ -408,13 +414,11 @@ class TrainingJobTrigger(BaseTrigger):
                 return None
             return make_outcome(self.ref, ERROR, _access_denied_message(self.ref.title, problem), job)
         if waited >= self.api_failure_tolerance:
-            return make_outcome(
-                self.ref,
-                ERROR,
-                f"lost contact with the API server for {waited:.0f}s while watching {self.ref.title}: "
-                f"{describe_error(error)}",
-                job,
-            )
+            # Not an error of the job's: the operator ends the task without deleting it (``ending``). The
+            # watch's view of the job is as of the moment the trouble began.
+            clock = self._clock()
+            last_contact = clock.wall() - (clock.monotonic() - problem.since)
+            return lost_contact(self.ref, job, waited=waited, last_contact=last_contact, error=describe_error(error))
         return None
 
     async def _check_deadline_unseen(

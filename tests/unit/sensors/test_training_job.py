@@ -15,9 +15,10 @@ from airflow_provider_disttrain.exceptions import (
     JobFailedError,
     JobFailedInTrainingError,
     JobFailedOnInfrastructureError,
+    LostContactError,
     TrainingJobError,
 )
-from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, make_outcome
+from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, lost_contact, make_outcome
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from airflow_provider_disttrain.status import job_result
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
@@ -205,6 +206,17 @@ def test_execute_complete_other_endings_raise(status: str, error: type[Exception
     if status == FAILED:
         assert FAILED_REASON in str(raised.value)
     assert hook.called("delete_job") == []  # never the sensor's to delete
+
+
+def test_execute_complete_after_lost_contact_raises_without_reading_the_server() -> None:
+    job = make_job("train-abc", status=running_status())
+    hook = hook_with(job["status"])
+    event = lost_contact(JobRef("PyTorchJob", "train-abc", "default"), job, waited=900, last_contact=0, error="503")
+
+    with pytest.raises(LostContactError, match="the job was last seen running"):
+        make_sensor(hook).execute_complete(make_context(), event)
+
+    assert hook.calls == []  # the server may still be away: nothing read, nothing deleted
 
 
 def test_job_name_is_required() -> None:

@@ -421,7 +421,7 @@ async def test_an_outage_shorter_than_the_tolerance_is_ridden_out(apiserver: Any
     assert (await task)["status"] == "success"
 
 
-async def test_an_outage_longer_than_the_tolerance_is_an_error(apiserver: Any) -> None:
+async def test_an_outage_longer_than_the_tolerance_is_lost_contact(apiserver: Any) -> None:
     await apiserver.put(job(running_status()))
     task = await started(make_trigger(apiserver, api_failure_tolerance=0.5), apiserver)
 
@@ -430,8 +430,9 @@ async def test_an_outage_longer_than_the_tolerance_is_an_error(apiserver: Any) -
     await apiserver.drop_watches()
     event = await task
 
-    assert event["status"] == "error"
+    assert event["status"] == "lost_contact"
     assert "lost contact with the API server" in event["message"]
+    assert "the job was last seen running" in event["message"]
     assert event["state"] == "running"  # the last job seen
 
 
