@@ -195,13 +195,26 @@ def seconds_to_deadline(
     return max(min(remaining), 0.0) if remaining else None
 
 
+def same_job(ref: JobRef, job: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``job`` (a read by name) when it is the job ``ref`` names: of its uid, when ``ref`` has one.
+
+    None otherwise: the name holds a job created since (another run's, a person's copy), and the one
+    this wait is about is gone. Nothing of the other may end this task: its state, result or logs.
+    """
+    if job is None or ref.uid is None or (job.get("metadata") or {}).get("uid") == ref.uid:
+        return job
+    return None
+
+
 def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
     """A timeout ``outcome`` judged on an older look at the job, settled by a fresh look (``job``).
 
     A trigger's cache can lag behind the job (a silent watch): a job that has finished since ends the
     task as it finished, not as a timeout, so it is neither reported as timed out nor deleted for it.
-    Any other outcome, or a job still unfinished or gone, is returned as it is (the same object).
+    Any other outcome, or a job still unfinished, gone, or another under the same name (``same_job``),
+    is returned as it is (the same object).
     """
+    job = same_job(ref, job)
     if outcome["status"] != TIMEOUT or job is None or not job_state(job).is_terminal:
         return outcome
     if job_state(job) is JobState.SUCCEEDED:

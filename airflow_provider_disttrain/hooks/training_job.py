@@ -7,7 +7,6 @@ makes. It returns plain dicts (what the API server sent), so the pure modules ca
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Mapping
 from functools import cached_property
@@ -32,7 +31,7 @@ from airflow_provider_disttrain.hooks.api_errors import (
 from airflow_provider_disttrain.hooks.rejections import field_error
 from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, ApiResource, JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, workload_of
-from airflow_provider_disttrain.kueue_position import pending_workloads_path
+from airflow_provider_disttrain.kueue_position import parse_summary, pending_workloads_path
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
 
@@ -174,7 +173,7 @@ class TrainingJobHook(KubernetesHook):
             _return_http_data_only=True,
             _preload_content=False,  # parsed here: the clients' versions name the response type differently
         )
-        return dict(json.loads(response.data))
+        return parse_summary(response.data)
 
     @retry_transient()
     def get_kueue_queue(self, resource: ApiResource, name: str, namespace: str | None = None) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
     classed_error,
 )
+from airflow_provider_disttrain.failure_class import FailureCause, FailureClass
 from airflow_provider_disttrain.identity import JobIdentity
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.kueue import held_by_kueue, queue_name
@@ -34,7 +35,7 @@ from airflow_provider_disttrain.kueue_history import describe_record, kueue_reco
 from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.logs import LogForwarder
 from airflow_provider_disttrain.metrics import combined_metrics, leader_metrics
-from airflow_provider_disttrain.outcome import JobRef, settle_timeout
+from airflow_provider_disttrain.outcome import JobRef, same_job, settle_timeout
 from airflow_provider_disttrain.parameters import CleanupPolicy
 from airflow_provider_disttrain.status import job_state
 
@@ -75,14 +76,22 @@ class JobEnding:
         hook, ref = self.hook, self.ref
         if outcome["status"] == outcomes.LOST_CONTACT:
             raise self._lost_contact(outcome["message"])
-        job = hook.get_job(ref.kind, ref.name, ref.namespace) if outcome["status"] != outcomes.SUCCESS else None
+        job, other_uid = self._read_own_job() if outcome["status"] != outcomes.SUCCESS else (None, None)
         if (settled := settle_timeout(ref, outcome, job)) is not outcome:
             self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled["message"])
             outcome = settled
         status = outcome["status"]
         # A success lists the pods, for the leader's metrics and (deferred) its logs (one list serves both).
         pods = self._final_pods() if status == outcomes.SUCCESS else None
-        if not logs_forwarded:
+        if other_uid is not None:
+            self.log.warning(
+                "%s now names another job (uid %s, this task's was %s): this task's job is gone; the other's "
+                "logs are not copied",
+                ref.title,
+                other_uid,
+                ref.uid,
+            )
+        elif not logs_forwarded:
             forwarder = LogForwarder(hook, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
             if self.stream_logs:
                 self._resume_after_streamed_lines(forwarder)
@@ -99,7 +108,14 @@ class JobEnding:
             return result
         if status == outcomes.INADMISSIBLE:
             raise self._inadmissible(outcome["message"], job)
-        message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
+        if other_uid is None:
+            message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
+        else:  # the pods, logs and events under the name are the other job's: they explain nothing here
+            message = (
+                f"{outcome['message']}\n{ref.title} now names another job (uid {other_uid}), created since: "
+                f"this task's job (uid {ref.uid}) is gone"
+            )
+            cause = FailureCause(FailureClass.UNKNOWN, "this task's job is gone; its name holds another job")
         if job is not None and (record := self._kueue_record(job.get("metadata") or {})):
             message += f"\n{describe_record(record)}"
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
@@ -110,12 +126,12 @@ class JobEnding:
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
             raise classed_error(JobFailedError, cause.as_dict(), message)
         if status == outcomes.TIMEOUT:
+            # (The uid precondition fails, False, when the name holds another job now: not said deleted.)
             if job is not None and held_by_kueue(job):
                 # Left in the queue, it would take quota later for a task that has failed.
-                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
-                message += f"\n{ref.title} was deleted: it was still queued by Kueue."
-            elif cleanup.on_timeout:
-                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+                if hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
+                    message += f"\n{ref.title} was deleted: it was still queued by Kueue."
+            elif cleanup.on_timeout and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
                 message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
             raise classed_error(JobTimeoutError, cause.as_dict(), message)
         if (
@@ -138,6 +154,15 @@ class JobEnding:
             "about the job. A retry of this task reattaches to it; without one, delete it yourself if it "
             "should not go on."
         )
+
+    def _read_own_job(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The job this task waited for, read by name: ``(job, None)``, ``(None, None)`` when gone, and
+        ``(None, its uid)`` when the name holds another job (``outcome.same_job``): gone for this task."""
+        ref = self.ref
+        found = self.hook.get_job(ref.kind, ref.name, ref.namespace)
+        if found is not None and same_job(ref, found) is None:
+            return None, str((found.get("metadata") or {}).get("uid"))
+        return found, None
 
     def _inadmissible(self, message: str, job: Mapping[str, Any] | None) -> JobInadmissibleError:
         """Kueue can never admit the job: it is deleted whatever the cleanup policy (it never ran, and left

@@ -115,6 +115,10 @@ class TrainingJobTrigger(BaseTrigger):
     :param stream_logs_bytes_per_second: at most this much of that log is written per second.
     :param kubernetes_conn_id: stored rows of provider versions before ``connection`` (never written now),
         like ``cluster_context``, ``config_dict`` (a shipped kubeconfig) and ``connection_extras``.
+    :param newer_kwargs: keys this version does not know, from a row a newer provider version wrote (a
+        rolling upgrade: a newer worker deferred, an older triggerer rebuilds). They are ignored with a
+        warning, not refused: refusing fails the task; ignored, the job is still waited for with this
+        version's behaviour. A row from an older version lacks the newer keys: each has its default.
     """
 
     def __init__(
@@ -140,8 +144,18 @@ class TrainingJobTrigger(BaseTrigger):
         cluster_context: str | None = None,
         config_dict: dict[str, Any] | None = None,
         connection_extras: dict[str, Any] | None = None,
+        **newer_kwargs: Any,
     ) -> None:
         super().__init__()
+        if newer_kwargs:
+            self.log.warning(
+                "Ignoring trigger arguments %s for %s %s/%s: written by a newer version of the provider than "
+                "this triggerer's (a rolling upgrade); the job is waited for without them",
+                sorted(newer_kwargs),
+                kind,
+                namespace,
+                name,
+            )
         self.kind = kind
         self.name = name
         self.namespace = namespace
@@ -149,7 +163,15 @@ class TrainingJobTrigger(BaseTrigger):
         if connection is None:  # a row stored before the typed connection
             connection = ClusterConnection(kubernetes_conn_id, cluster_context, config_dict, connection_extras)
         elif not isinstance(connection, ClusterConnection):
-            connection = ClusterConnection.from_dict(connection)
+            if unknown := ClusterConnection.unknown_keys(connection):
+                self.log.warning(
+                    "Ignoring connection keys %s for %s %s/%s: written by a newer version of the provider",
+                    unknown,
+                    kind,
+                    namespace,
+                    name,
+                )
+            connection = ClusterConnection.from_dict(connection, ignore_unknown=True)
         self.connection = connection
         self.startup_deadline = startup_deadline
         self.execution_deadline = execution_deadline
