@@ -71,7 +71,7 @@ class JobEnding:
     def finish(self, outcome: dict[str, Any], *, logs_forwarded: bool) -> dict[str, Any]:
         """The task's result for a success; for anything else the error to fail the task with."""
         hook, ref = self.hook, self.ref
-        job = hook.get_job(ref.kind, ref.name, ref.namespace) if outcome["status"] != outcomes.SUCCESS else None
+        job = self._fresh_job() if outcome["status"] != outcomes.SUCCESS else None
         if (settled := settle_timeout(ref, outcome, job)) is not outcome:
             self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled["message"])
             outcome = settled
@@ -110,8 +110,8 @@ class JobEnding:
                 # Left in the queue, it would take quota later for a task that has failed.
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
                 message += f"\n{ref.title} was deleted: it was still queued by Kueue."
-            elif cleanup.on_timeout:
-                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+            elif cleanup.on_timeout and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
+                # The uid precondition leaves alone another job under the name: say "deleted" only if it was.
                 message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
             raise classed_error(JobTimeoutError, cause.as_dict(), message)
         if (
@@ -133,9 +133,22 @@ class JobEnding:
             message += f"\n{ref.title} was deleted: Kueue can never admit it as its queues stand."
         return JobInadmissibleError(message)
 
+    def _fresh_job(self) -> dict[str, Any] | None:
+        """A fresh look at the job, None when it is gone or its name now holds another job (another uid
+        than the one this task instance submitted or took over: it neither settles a timeout nor is
+        explained, kept or deleted as this task's job)."""
+        ref = self.ref
+        job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
+        if job is not None and ref.uid is not None and (job.get("metadata") or {}).get("uid") != ref.uid:
+            self.log.warning(
+                "%s is another job now (uid %s, not %s): left alone", ref.title, job["metadata"].get("uid"), ref.uid
+            )
+            return None
+        return job
+
     def _resume_after_streamed_lines(self, forwarder: LogForwarder) -> None:
         """Copy only what the trigger did not stream: it left its position on the job (``live_logs``)."""
-        job = self.hook.get_job(self.ref.kind, self.ref.name, self.ref.namespace)
+        job = self._fresh_job()
         annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
         if (position := decode_position(annotations.get(LOG_POSITION_ANNOTATION))) is not None:
             forwarder.resume_from(*position)
