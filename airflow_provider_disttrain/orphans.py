@@ -141,9 +141,8 @@ def judge(
     touched: its task instance's state is that deployment's, whatever this Airflow's run of the same id says.
     """
     if (owner := owner_of(job)) is not None and another_deployments(owner, deployment_id):
-        return Verdict(
-            Action.KEEP, f"made by another Airflow deployment (deployment label {owner.deployment}, not this one's)"
-        )
+        # The same words for every such job: the cleanup's report may count kept jobs by their reason.
+        return Verdict(Action.KEEP, "made by another Airflow deployment (its deployment label is not this one's)")
     marked = orphaned_since(job)
     if task_instance is None:
         return Verdict(Action.KEEP, "no task instance of this Airflow matches its labels")

@@ -8,12 +8,16 @@ sets it) tells their jobs apart. ``FakeTrainingJobHook`` stands in for the clust
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import TaskDeferralTimeout
 
@@ -23,6 +27,7 @@ from airflow_provider_disttrain.operators.orphans import DeleteOrphanedTrainingJ
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.outcome import TIMEOUT, JobRef, make_outcome
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
+from tests.unit.fake_apiserver import FakeApiServer
 from tests.unit.fakes import (
     FakeStateStore,
     FakeTI,
@@ -109,30 +114,46 @@ class Airflow:
         return {RUN: {task: self.state for task in task_ids}}
 
 
-def cleanup(hook: FakeTrainingJobHook, task_state: str) -> dict[str, Any]:
-    operator = with_hook(
-        DeleteOrphanedTrainingJobsOperator(task_id="cleanup", kinds=["PyTorchJob"], grace_period=0), hook
-    )
+@pytest.fixture
+async def cluster(apiserver: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeApiServer:
+    """The fake API server behind the default connection: the cleanup lists, patches and deletes through
+    the real client, however it pages its LIST."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(apiserver.kubeconfig()))
+    extra = {"kube_config_path": str(kubeconfig), "namespace": "default"}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    return apiserver
+
+
+async def cleanup(cluster: FakeApiServer, jobs: list[dict[str, Any]], task_state: str) -> dict[str, Any]:
+    """Put ``jobs`` (running) in the cluster and run this deployment's cleanup once, with no grace period."""
+    for job in jobs:
+        await cluster.put({**job, "status": running_status()})
+    operator = DeleteOrphanedTrainingJobsOperator(task_id="cleanup", kinds=["PyTorchJob"], grace_period=0)
     operator.clock = lambda: datetime(2026, 12, 1, 20, 0, tzinfo=timezone.utc)
-    return operator.execute({"ti": Airflow(task_state)})  # type: ignore[arg-type]
+    return await asyncio.to_thread(operator.execute, {"ti": Airflow(task_state)})  # type: ignore[arg-type]
 
 
-def test_the_cleanup_of_one_deployment_keeps_the_running_job_of_the_other(deployment: Any) -> None:
-    hook = FakeTrainingJobHook()
+def names(cluster: FakeApiServer) -> set[str]:
+    return {name for (_, plural, name) in cluster.objects if plural == "pytorchjobs"}
+
+
+async def test_the_cleanup_of_one_deployment_keeps_the_running_job_of_the_other(
+    cluster: FakeApiServer, deployment: Any
+) -> None:
+    hook = FakeTrainingJobHook()  # the jobs exactly as each deployment's operator makes them
     deployment("prod")
     prod = submit(hook, FakeTI(dag_id="nightly", run_id=RUN))
     deployment("staging")
     staging = submit(hook, FakeTI(dag_id="nightly", run_id=RUN))
-    for job in hook.jobs.values():
-        job["status"] = running_status()
 
     # Staging's task instance (the same DAG, task and run ids as prod's) has ended: its job is an orphan.
-    report = cleanup(hook, "success")
+    report = await cleanup(cluster, list(hook.jobs.values()), "success")
 
+    assert names(cluster) == {prod["name"]}
     assert [entry["name"] for entry in report["deleted"]] == [staging["name"]]
-    assert hook.job(prod["name"]) is not None and hook.job(staging["name"]) is None
-    [kept] = report["kept"]
-    assert kept["name"] == prod["name"] and "another Airflow deployment" in kept["reason"]
+    assert "another Airflow deployment" in json.dumps(report["kept"])
 
 
 # -- jobs made before the deployment label ---------------------------------------------------------------
@@ -151,15 +172,15 @@ def test_a_retry_still_reattaches_to_the_running_job_the_previous_release_made(d
     assert (result["name"], result["uid"], result["state"]) == ("train-legacy", "uid-legacy", "succeeded")
 
 
-def test_a_job_of_the_previous_release_is_still_cleaned_up_once_its_task_instance_ended(deployment: Any) -> None:
+async def test_a_job_of_the_previous_release_is_still_cleaned_up_once_its_task_instance_ended(
+    cluster: FakeApiServer, deployment: Any
+) -> None:
     deployment("prod")
-    hook = FakeTrainingJobHook()
-    ti = FakeTI(dag_id="nightly", run_id=RUN)
-    hook.add_job(make_job("train-legacy", uid="uid-legacy", status=running_status(), labels=legacy_labels(ti)))
+    legacy = make_job("train-legacy", uid="uid-legacy", labels=legacy_labels(FakeTI(dag_id="nightly", run_id=RUN)))
 
-    report = cleanup(hook, "failed")
+    report = await cleanup(cluster, [legacy], "failed")
 
-    assert [entry["name"] for entry in report["deleted"]] == ["train-legacy"]
+    assert [entry["name"] for entry in report["deleted"]] == ["train-legacy"] and not names(cluster)
 
 
 def test_a_legacy_key_on_a_job_of_another_deployment_is_not_taken_for_a_legacy_job(deployment: Any) -> None:
