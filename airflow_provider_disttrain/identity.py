@@ -245,10 +245,15 @@ class JobIdentity:
             if if_exists == "reattach" and ours and not job_state(current).is_terminal:
                 return current, True
             if not ours and if_exists != "replace":
+                whose = (
+                    f"carries this task instance's labels but is not the job it recorded (uid "
+                    f"{current['metadata'].get('uid')}, recorded {recorded}): a copy, or another's"
+                    if owns(current, self.instance_key)
+                    else f"belongs to {owner_of(current)}, not to this task instance"
+                )
                 raise JobAlreadyExistsError(
-                    f"{self.kind} {namespace}/{name} already exists and belongs to {owner_of(current)}, not to "
-                    f"this task instance (if_exists={if_exists!r} never takes over another's job; "
-                    "if_exists='replace' deletes it and submits this task's)"
+                    f"{self.kind} {namespace}/{name} already exists and {whose} (if_exists={if_exists!r} never "
+                    "takes over another's job; if_exists='replace' deletes it and submits this task's)"
                 )
             self.log.info("Replacing %s %s/%s (%s)", self.kind, namespace, name, describe_state(current))
             current_metadata = current["metadata"]

@@ -21,8 +21,9 @@ import yaml
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import TaskDeferralTimeout
 
-from airflow_provider_disttrain.exceptions import JobTimeoutError
+from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, JobTimeoutError
 from airflow_provider_disttrain.identity import STATE_STORE_KEY
+from airflow_provider_disttrain.naming import task_instance_labels
 from airflow_provider_disttrain.operators.orphans import DeleteOrphanedTrainingJobsOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.outcome import TIMEOUT, JobRef, make_outcome
@@ -218,6 +219,21 @@ def test_a_retry_does_not_adopt_a_copy_of_its_job_under_another_uid(deployment: 
     assert len(hook.called("create_job")) == 2  # try 1's, and this try's own
     assert result["name"] not in ("train-copy", original["metadata"]["name"])
     assert hook.called("delete_job") == []
+
+
+def test_an_explicitly_named_retry_refuses_a_copy_under_its_name_instead_of_reattaching() -> None:
+    """Try 1's job was deleted and a copy carrying its labels applied under the same name, another uid."""
+    hook = FakeTrainingJobHook()
+    ti = FakeTI(try_number=2)
+    labels = task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, 1)
+    hook.add_job(make_job("train-x", uid="uid-copy", status=running_status(), labels=labels))
+
+    with pytest.raises(JobAlreadyExistsError, match="is not the job it recorded"):
+        make_operator(hook, job_name="train-x", wait_for_completion=False).execute(
+            make_context(ti, recorded("train-x", "uid-1"))
+        )
+
+    assert hook.called("create_job") == [] and hook.called("delete_job") == []
 
 
 def test_a_timed_out_deferral_does_not_delete_a_copy_under_its_job_name() -> None:
