@@ -28,12 +28,16 @@ from airflow_provider_disttrain.conditions import parse_time
 from airflow_provider_disttrain.naming import (
     DAG_ID_ANNOTATION,
     DAG_ID_LABEL,
+    DEPLOYMENT_LABEL,
     LABEL_PREFIX,
     MAP_INDEX_LABEL,
     TASK_ID_ANNOTATION,
     TASK_ID_LABEL,
     TASK_INSTANCE_LABEL,
     WAIT_FOR_COMPLETION_ANNOTATION,
+    deployment_label_value,
+    legacy_task_instance_key,
+    resolve_deployment_id,
     task_instance_key,
 )
 from airflow_provider_disttrain.status import job_state
@@ -52,6 +56,7 @@ KEPT_UNKNOWN = "no task instance of this Airflow matches"
 KEPT_ACTIVE = "its task instance is active"
 KEPT_FINISHED = "the job has finished"
 KEPT_IN_GRACE = "orphaned, within the grace period"
+KEPT_OTHER_DEPLOYMENT = "made by another Airflow deployment"
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class JobOwner:
     task_id: str
     map_index: int
     key: str
+    deployment: str | None = None
+    """The ``DEPLOYMENT_LABEL`` value (a hash of the deployment id); None on jobs made before it existed."""
 
 
 def owner_of(job: Mapping[str, Any]) -> JobOwner | None:
@@ -81,7 +88,16 @@ def owner_of(job: Mapping[str, Any]) -> JobOwner | None:
     if not (key and dag_id and task_id):
         return None
     map_index = labels.get(MAP_INDEX_LABEL)  # absent for an unmapped task (see task_instance_labels)
-    return JobOwner(dag_id, task_id, int(map_index) if map_index and map_index.isdigit() else -1, key)
+    index = int(map_index) if map_index and map_index.isdigit() else -1
+    return JobOwner(dag_id, task_id, index, key, labels.get(DEPLOYMENT_LABEL))
+
+
+def another_deployments(owner: JobOwner, deployment_id: str | None = None) -> bool:
+    """Whether the job is labelled with another Airflow deployment than ``deployment_id`` (None: this
+    one's). A job without the label (made before it existed) is judged as it always was."""
+    return owner.deployment is not None and owner.deployment != deployment_label_value(
+        resolve_deployment_id(deployment_id)
+    )
 
 
 def task_state_name(task_id: str, map_index: int) -> str:
@@ -91,13 +107,22 @@ def task_state_name(task_id: str, map_index: int) -> str:
 
 
 def find_task_instance(
-    owner: JobOwner, task_states: Mapping[str, Mapping[str, str | None]]
+    owner: JobOwner, task_states: Mapping[str, Mapping[str, str | None]], deployment_id: str | None = None
 ) -> tuple[str, str | None] | None:
     """``(run id, state)`` of the owner's task instance among ``get_task_states(dag_id, task_ids=[task])``'s
-    answer; None when no run of that DAG has it (its run deleted, or the job is another Airflow's)."""
+    answer; None when no run of that DAG has it (its run deleted, or the job is another Airflow's).
+    ``deployment_id``: this Airflow's (None: from the configuration)."""
+    if another_deployments(owner, deployment_id):
+        return None
+    deployment = resolve_deployment_id(deployment_id)
     name = task_state_name(owner.task_id, owner.map_index)
     for run_id, states in task_states.items():
-        if name in states and task_instance_key(owner.dag_id, owner.task_id, run_id, owner.map_index) == owner.key:
+        key = (
+            legacy_task_instance_key(owner.dag_id, owner.task_id, run_id, owner.map_index)
+            if owner.deployment is None
+            else task_instance_key(owner.dag_id, owner.task_id, run_id, owner.map_index, deployment)
+        )
+        if name in states and key == owner.key:
             return run_id, states[name]
     return None
 
@@ -142,9 +167,21 @@ def needs_judging(job: Mapping[str, Any]) -> bool:
 
 
 def judge(
-    job: Mapping[str, Any], task_instance: tuple[str, str | None] | None, now: datetime, grace_period: timedelta
+    job: Mapping[str, Any],
+    task_instance: tuple[str, str | None] | None,
+    now: datetime,
+    grace_period: timedelta,
+    deployment_id: str | None = None,
 ) -> Verdict:
-    """What the cleanup does with ``job``, given its task instance's ``(run id, state)`` (or None)."""
+    """What the cleanup does with ``job``, given its task instance's ``(run id, state)`` (or None).
+
+    ``deployment_id``: this Airflow's (None: from the configuration). Another deployment's job is never
+    touched: its task instance's state is that deployment's, whatever this Airflow's run of the same id says.
+    """
+    if (owner := owner_of(job)) is not None and another_deployments(owner, deployment_id):
+        return Verdict(
+            Action.KEEP, f"{KEPT_OTHER_DEPLOYMENT} (its deployment label is not this one's)", KEPT_OTHER_DEPLOYMENT
+        )
     marked = orphaned_since(job)
     if not waited_for_by_submitter(job):
         # Its task ended as soon as the job was created: a sensor or a person waits for it now. A mark

@@ -266,8 +266,14 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
     # -- execute ------------------------------------------------------------------------------------
 
     def identity(self, context: Context) -> JobIdentity:
+        ti = context["ti"]
         return JobIdentity(
-            self.hook, self.kind, instance_key_of(context["ti"]), context.get("task_state_store"), self.log
+            self.hook,
+            self.kind,
+            instance_key_of(ti),
+            context.get("task_state_store"),
+            self.log,
+            try_number=ti.try_number,
         )
 
     def execute(self, context: Context) -> dict[str, Any]:

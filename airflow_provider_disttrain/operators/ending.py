@@ -172,9 +172,22 @@ class JobEnding:
             message += f"\n{ref.title} was deleted: Kueue can never admit it as its queues stand."
         return JobInadmissibleError(message)
 
+    def _fresh_job(self) -> dict[str, Any] | None:
+        """A fresh look at the job, None when it is gone or its name now holds another job (another uid
+        than the one this task instance submitted or took over: it neither settles a timeout nor is
+        explained, kept or deleted as this task's job)."""
+        ref = self.ref
+        job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
+        if job is not None and ref.uid is not None and (job.get("metadata") or {}).get("uid") != ref.uid:
+            self.log.warning(
+                "%s is another job now (uid %s, not %s): left alone", ref.title, job["metadata"].get("uid"), ref.uid
+            )
+            return None
+        return job
+
     def _resume_after_streamed_lines(self, forwarder: LogForwarder) -> None:
         """Copy only what the trigger did not stream: it left its position on the job (``live_logs``)."""
-        job = self.hook.get_job(self.ref.kind, self.ref.name, self.ref.namespace)
+        job = self._fresh_job()
         annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
         if (position := decode_position(annotations.get(LOG_POSITION_ANNOTATION))) is not None:
             forwarder.resume_from(*position)

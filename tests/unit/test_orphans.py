@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain import naming, orphans
-from airflow_provider_disttrain.naming import task_instance_key, task_instance_labels
+from airflow_provider_disttrain.deployment import DEFAULT_DEPLOYMENT_ID
+from airflow_provider_disttrain.naming import deployment_label_value, task_instance_key, task_instance_labels
 from airflow_provider_disttrain.orphans import (
     ORPHANED_SINCE_ANNOTATION,
     Action,
@@ -36,10 +37,11 @@ def labelled_job(
 
 def test_the_owner_comes_from_the_labels_the_operators_put_on_every_job() -> None:
     expected_key = task_instance_key("nightly", "train", RUN_ID, 7)
+    deployment = deployment_label_value(DEFAULT_DEPLOYMENT_ID)
 
-    assert owner_of(labelled_job(map_index=7)) == JobOwner("nightly", "train", 7, expected_key)
+    assert owner_of(labelled_job(map_index=7)) == JobOwner("nightly", "train", 7, expected_key, deployment)
     assert owner_of(labelled_job()) == JobOwner(
-        "nightly", "train", -1, task_instance_key("nightly", "train", RUN_ID, -1)
+        "nightly", "train", -1, task_instance_key("nightly", "train", RUN_ID, -1), deployment
     )
     assert owner_of(make_job(labels={"app": "not-ours"})) is None
 

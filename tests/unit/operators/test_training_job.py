@@ -35,7 +35,7 @@ from airflow_provider_disttrain.exceptions import (
 )
 from airflow_provider_disttrain.hooks import shared_watch
 from airflow_provider_disttrain.identity import STATE_STORE_KEY
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_labels
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_labels
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.outcome import ERROR, JobRef, make_outcome
 from airflow_provider_disttrain.parameters import CleanupPolicy, RunPolicy, WaitPolicy
@@ -155,9 +155,13 @@ def test_sync_submission_names_labels_and_places_the_job() -> None:
         "namespace": "ml",
         "uid": job["metadata"]["uid"],
     }
-    # Reattachment looks for this task instance's jobs before creating one.
-    assert hook.api_calls()[:2] == ["find_jobs", "create_job"]
-    assert hook.called("find_jobs")[0][0][2] == {TASK_INSTANCE_LABEL: our_labels(ti)[TASK_INSTANCE_LABEL]}
+    # Reattachment looks for this task instance's jobs before creating one: this deployment's, then
+    # (a later try) those an older release made, labelled with the key that named no deployment.
+    assert hook.api_calls()[:3] == ["find_jobs", "find_jobs", "create_job"]
+    assert [call[0][2] for call in hook.called("find_jobs")] == [
+        {TASK_INSTANCE_LABEL: our_labels(ti)[TASK_INSTANCE_LABEL]},
+        {TASK_INSTANCE_LABEL: legacy_task_instance_key("nightly", "train", "scheduled__2024-05-01", -1)},
+    ]
 
 
 def test_namespace_of_the_manifest_or_the_operator_wins_over_the_connection() -> None:
