@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import TaskDeferralTimeout
 
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, JobTimeoutError
 from airflow_provider_disttrain.identity import STATE_STORE_KEY
-from airflow_provider_disttrain.naming import task_instance_labels
+from airflow_provider_disttrain.naming import WAIT_FOR_COMPLETION_ANNOTATION, task_instance_labels
 from airflow_provider_disttrain.operators.orphans import DeleteOrphanedTrainingJobsOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.outcome import TIMEOUT, JobRef, make_outcome
@@ -70,6 +70,13 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> TrainingJobOperat
 def submit(hook: FakeTrainingJobHook, ti: FakeTI, store: FakeStateStore | None = None) -> dict[str, Any]:
     """The task submits its job without waiting (as a job scaled and watched by a sensor later is)."""
     return make_operator(hook, wait_for_completion=False).execute(make_context(ti, store))
+
+
+def as_if_waited_for(job: dict[str, Any]) -> dict[str, Any]:
+    """``job`` as a task that waits for it annotates it (its worker died mid-wait): a job nobody waits for
+    is never an orphan, so only such a job tests whose orphan it is."""
+    annotations = {**job["metadata"].get("annotations", {}), WAIT_FOR_COMPLETION_ANNOTATION: "true"}
+    return {**job, "metadata": {**job["metadata"], "annotations": annotations}}
 
 
 def legacy_labels(ti: FakeTI) -> dict[str, str]:
@@ -150,7 +157,7 @@ async def test_the_cleanup_of_one_deployment_keeps_the_running_job_of_the_other(
     staging = submit(hook, FakeTI(dag_id="nightly", run_id=RUN))
 
     # Staging's task instance (the same DAG, task and run ids as prod's) has ended: its job is an orphan.
-    report = await cleanup(cluster, list(hook.jobs.values()), "success")
+    report = await cleanup(cluster, [as_if_waited_for(job) for job in hook.jobs.values()], "success")
 
     assert names(cluster) == {prod["name"]}
     assert [entry["name"] for entry in report["deleted"]] == [staging["name"]]
