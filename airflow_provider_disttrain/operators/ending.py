@@ -43,6 +43,19 @@ if TYPE_CHECKING:
 FAILURE_XCOM_KEY = "failure"
 
 
+def masked(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` with the secrets the task log hides replaced by ``***``.
+
+    The failure's evidence quotes a container's exception line, which can hold a token the training
+    printed; the task log masks it, and an XCom (shown in the UI, read by any downstream task) must too.
+    The task SDK's masker is the one its log processor (``airflow.sdk.log.mask_logs``) redacts with and
+    ``mask_secret`` fills (the connections and variables the task read, the job's sensitive env values).
+    """
+    from airflow.sdk._shared.secrets_masker import redact
+
+    return redact(value)  # type: ignore[return-value]
+
+
 def publish_failure(failure: dict[str, Any], log: logging.Logger | Any) -> None:
     """XCom ``failure``: the failure's class, reason and evidence (JSON-safe), for a downstream task or a
     callback. The ending is not handed the task's context, so it asks Airflow for the running task's."""
@@ -98,13 +111,15 @@ class JobEnding:
         message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
         if job is not None and (record := self._kueue_record(job.get("metadata") or {})):
             message += f"\n{describe_record(record)}"
+        # The exception's ``failure`` reaches callbacks and lineage: masked as the XCom is.
+        failure = masked(cause.as_dict())
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
             message += f"\n{cause.describe()}"
-            publish_failure(cause.as_dict(), self.log)
+            publish_failure(failure, self.log)
         if status == outcomes.FAILED:
             if cleanup.deletes_after(succeeded=False):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
-            raise classed_error(JobFailedError, cause.as_dict(), message)
+            raise classed_error(JobFailedError, failure, message)
         if status == outcomes.TIMEOUT:
             if job is not None and held_by_kueue(job):
                 # Left in the queue, it would take quota later for a task that has failed.
@@ -113,7 +128,7 @@ class JobEnding:
             elif cleanup.on_timeout:
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
                 message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
-            raise classed_error(JobTimeoutError, cause.as_dict(), message)
+            raise classed_error(JobTimeoutError, failure, message)
         if (
             job is not None
             and not job_state(job).is_terminal
