@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.exceptions import (
@@ -41,9 +41,10 @@ if TYPE_CHECKING:
 
 
 FAILURE_XCOM_KEY = "failure"
+_T = TypeVar("_T")
 
 
-def masked(value: dict[str, Any]) -> dict[str, Any]:
+def masked(value: _T) -> _T:
     """``value`` with the secrets the task log hides replaced by ``***``.
 
     The failure's evidence quotes a container's exception line, which can hold a token the training
