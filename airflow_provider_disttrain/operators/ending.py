@@ -52,7 +52,10 @@ def masked(value: _T) -> _T:
     The task SDK's masker is the one its log processor (``airflow.sdk.log.mask_logs``) redacts with and
     ``mask_secret`` fills (the connections and variables the task read, the job's sensitive env values).
     """
-    from airflow.sdk._shared.secrets_masker import redact
+    try:
+        from airflow.sdk._shared.secrets_masker import redact
+    except ImportError:  # a task SDK before the masker moved (the openlineage provider falls back alike)
+        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
 
     return redact(value)  # type: ignore[return-value]
 
