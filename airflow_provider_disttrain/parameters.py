@@ -52,12 +52,14 @@ def optional_choice(value: str | None, choices: Sequence[str], field: str) -> st
     return None if value is None else choice(value, choices, field)
 
 
-def integer_at_least(value: int | None, field: str, minimum: int = 1) -> int | None:
-    """``value`` if it is an integer (not a bool) of at least ``minimum``; None stays None."""
+def integer_at_least(value: int | None, field: str, minimum: int = 1, maximum: int | None = None) -> int | None:
+    """``value`` if it is an integer (not a bool) from ``minimum`` to ``maximum``; None stays None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field}: expected an integer >= {minimum}, got {value!r}")
+        raise InvalidJobSpecError(field, f"expected an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidJobSpecError(field, f"expected an integer <= {maximum}, got {value!r}")
     return value
 
 

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.exceptions import (
@@ -44,6 +44,23 @@ if TYPE_CHECKING:
 
 
 FAILURE_XCOM_KEY = "failure"
+_T = TypeVar("_T")
+
+
+def masked(value: _T) -> _T:
+    """``value`` with the secrets the task log hides replaced by ``***``.
+
+    The failure's evidence quotes a container's exception line, which can hold a token the training
+    printed; the task log masks it, and an XCom (shown in the UI, read by any downstream task) must too.
+    The task SDK's masker is the one its log processor (``airflow.sdk.log.mask_logs``) redacts with and
+    ``mask_secret`` fills (the connections and variables the task read, the job's sensitive env values).
+    """
+    try:
+        from airflow.sdk._shared.secrets_masker import redact
+    except ImportError:  # a task SDK before the masker moved (the openlineage provider falls back alike)
+        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
+
+    return redact(value)  # type: ignore[return-value]
 
 
 def publish_failure(failure: dict[str, Any], log: logging.Logger | Any) -> None:
@@ -118,13 +135,15 @@ class JobEnding:
             cause = FailureCause(FailureClass.UNKNOWN, "this task's job is gone; its name holds another job")
         if job is not None and (record := self._kueue_record(job.get("metadata") or {})):
             message += f"\n{describe_record(record)}"
+        # The exception's ``failure`` reaches callbacks and lineage: masked as the XCom is.
+        failure = masked(cause.as_dict())
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
             message += f"\n{cause.describe()}"
-            publish_failure(cause.as_dict(), self.log)
+            publish_failure(failure, self.log)
         if status == outcomes.FAILED:
             if cleanup.deletes_after(succeeded=False):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
-            raise classed_error(JobFailedError, cause.as_dict(), message)
+            raise classed_error(JobFailedError, failure, message)
         if status == outcomes.TIMEOUT:
             # (The uid precondition fails, False, when the name holds another job now: not said deleted.)
             if job is not None and held_by_kueue(job):
@@ -133,7 +152,7 @@ class JobEnding:
                     message += f"\n{ref.title} was deleted: it was still queued by Kueue."
             elif cleanup.on_timeout and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
                 message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
-            raise classed_error(JobTimeoutError, cause.as_dict(), message)
+            raise classed_error(JobTimeoutError, failure, message)
         if (
             job is not None
             and not job_state(job).is_terminal

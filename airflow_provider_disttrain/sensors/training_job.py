@@ -17,7 +17,7 @@ from airflow_provider_disttrain.exceptions import (
     classed_error,
 )
 from airflow_provider_disttrain.gpus import gpus_per_replica
-from airflow_provider_disttrain.operators.ending import publish_failure
+from airflow_provider_disttrain.operators.ending import masked, publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.outcome import JobRef
 
@@ -131,8 +131,9 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         if outcome["status"] == outcomes.FAILED:
             # Classed as the training operators' failures are: a retry_policy treats both alike.
             message += f"\n{cause.describe()}"
-            publish_failure(cause.as_dict(), self.log)
-            raise classed_error(JobFailedError, cause.as_dict(), message)
+            failure = masked(cause.as_dict())
+            publish_failure(failure, self.log)
+            raise classed_error(JobFailedError, failure, message)
         if outcome["status"] == outcomes.INADMISSIBLE:  # the job is not the sensor's to delete
             raise JobInadmissibleError(message)
         if outcome["status"] == outcomes.TIMEOUT:

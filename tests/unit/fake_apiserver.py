@@ -13,8 +13,9 @@ It speaks HTTP the way kube-apiserver does for what the shared watch uses, so th
 - POST of a new object (uid and creation time set; 409 for a taken name);
 - a merge PATCH of one object (a MODIFIED event; a ``metadata.uid`` in the patch is a precondition,
   409 when it is not the object's), pods listed by label, and a pod's log: lines
-  ``add_log_lines`` appended (each ``<RFC 3339 time> <text>``), with ``timestamps``, ``sinceSeconds``
-  and ``follow`` (the stream stays open until ``end_log``, as the kubelet's does until the container ends).
+  ``add_log_lines`` appended (each ``<RFC 3339 time> <text>``), with ``timestamps``, ``sinceSeconds``,
+  ``sinceTime`` and ``follow`` (the stream stays open until ``end_log``, as the kubelet's does until the
+  container ends).
 Faults are injected per verb (``fail_next``), as an outage of every verb (``outage``), by holding
 a watch open silently (``hang_watches``), ending watches mid-line (``cut_watches``), cutting their
 connections (``drop_watches``) or expiring them with an in-stream 410 (``expire_watches``). BOOKMARKs
@@ -413,8 +414,11 @@ class FakeApiServer:
         query = request.query
         # Booleans as Go's strconv.ParseBool reads them (the Python clients send "True").
         follow, timestamps = (query.get(flag) in ("true", "True", "1") for flag in ("follow", "timestamps"))
-        since = query.get("sinceSeconds")
+        since, since_time = query.get("sinceSeconds"), query.get("sinceTime")
+        # sinceSeconds counts back on the kubelet's clock; sinceTime is a time of the log's own stamps.
         oldest = self.clock.wall() - int(since) if since else None
+        if since_time:
+            oldest = datetime.fromisoformat(since_time.replace("Z", "+00:00")).timestamp()
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         self.open_log_streams += 1

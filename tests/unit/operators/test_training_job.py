@@ -959,3 +959,28 @@ def test_deferrable_defaults_to_airflows_default_deferrable() -> None:
 
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.strip().splitlines()[-1] == "True True True True False"
+
+
+def test_the_failure_xcom_masks_the_secrets_the_task_log_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.log import mask_secret
+
+    secret = "hf_Zq8sEcReTtOkEn42"
+    mask_secret(secret)  # as a connection's password or a sensitive env value is given to the masker
+    hook = progressing(running_status(), failed_status())
+    crashed = {"reason": "Error", "exitCode": 1, "finishedAt": "2024-05-01T10:01:00Z"}
+    hook.pods["train-abc"] = [make_pod("train-abc", "master", 0, phase="Failed", terminated=crashed)]
+    hook.logs["train-abc-master-0"] = (
+        'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+        f"PermissionError: token {secret} was refused by the hub\n"
+    )
+    ti = FakeTI()
+    context = make_context(ti)
+    monkeypatch.setattr("airflow.sdk.get_current_context", lambda: context)
+
+    with pytest.raises(JobFailedError) as raised:
+        make_operator(hook, job_name="train-abc").execute(context)
+
+    failure = dict(ti.pushed)["failure"]
+    assert "train-abc-master-0: PermissionError: token *** was refused by the hub" in failure["evidence"]
+    assert secret not in json.dumps(failure)
+    assert raised.value.failure == failure  # what callbacks and lineage read

@@ -110,6 +110,26 @@ def test_a_job_whose_pod_was_evicted_fails_the_sensor_as_the_infrastructures_fai
     assert raised.value.failure["reason"] == "Evicted"
 
 
+def test_the_sensors_failure_evidence_is_masked_as_the_task_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.log import mask_secret
+
+    secret = "ghp_sensorSecret0123456789"
+    mask_secret(secret)
+    hook = hook_with(failed_status())
+    crashed = {"reason": "Error", "exitCode": 1, "finishedAt": "2024-05-01T10:01:00Z"}
+    hook.pods["train-abc"] = [make_pod("train-abc", "master", 0, phase="Failed", terminated=crashed)]
+    hook.logs["train-abc-master-0"] = f'Traceback (most recent call last):\n  File "t.py"\nValueError: {secret}\n'
+    context = make_context()
+    monkeypatch.setattr("airflow.sdk.get_current_context", lambda: context)
+
+    with pytest.raises(JobFailedError) as raised:
+        make_sensor(hook).poke(context)
+
+    pushed = dict(context["ti"].pushed)["failure"]
+    assert "train-abc-master-0: ValueError: ***" in pushed["evidence"]
+    assert raised.value.failure == pushed
+
+
 def test_poke_fails_when_the_job_does_not_exist() -> None:
     with pytest.raises(TrainingJobError, match="no longer exists"):
         make_sensor(FakeTrainingJobHook()).poke(make_context())
