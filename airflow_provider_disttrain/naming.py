@@ -26,6 +26,9 @@ TRY_NUMBER_LABEL = f"{LABEL_PREFIX}/try-number"
 # Label values are cut to 63 characters, so two long run ids could collide; the hash of the full
 # task-instance identity is what reattachment selects on.
 TASK_INSTANCE_LABEL = f"{LABEL_PREFIX}/task-instance"
+# The DAG-id label is cut and sanitized (``etl`` and ``_etl`` both give ``etl``): who may see a job is
+# decided on this hash of the full DAG id instead (the UI's Training jobs page).
+DAG_KEY_LABEL = f"{LABEL_PREFIX}/dag-key"
 
 
 def to_dns1035(text: str) -> str:
@@ -65,6 +68,11 @@ def task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: int | N
     return hashlib.sha256(identity.encode()).hexdigest()[:40]
 
 
+def dag_key(dag_id: str) -> str:
+    """Stable short hash of one DAG id, whole (a label value: 40 hex digits)."""
+    return hashlib.sha256(dag_id.encode()).hexdigest()[:40]
+
+
 def task_instance_labels(
     dag_id: str, task_id: str, run_id: str, map_index: int | None, try_number: int
 ) -> dict[str, str]:
@@ -77,6 +85,7 @@ def task_instance_labels(
         TRY_NUMBER_LABEL: sanitize_label_value(try_number),
         TASK_INSTANCE_LABEL: task_instance_key(dag_id, task_id, run_id, map_index),
     }
+    labels[DAG_KEY_LABEL] = dag_key(dag_id)
     if map_index < 0:
         # An unmapped task (map_index -1): "-1" is no valid label value and sanitizing it gives "1",
         # which would claim map index 1. Like the cncf pod operator, leave the label off.
