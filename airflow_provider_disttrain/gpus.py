@@ -11,8 +11,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from airflow_provider_disttrain.kinds import kind_of
 from airflow_provider_disttrain.status import JobState, job_state, replica_counts
 
@@ -23,6 +21,9 @@ def gpu_count(value: Any) -> int:
     """A GPU limit as Kubernetes reads the quantity (``2``, ``"2"``, ``"2E0"``, ``"1000m"``); a fraction
     (which the API server refuses for an extended resource) counts whole, and what is no quantity as 0:
     one odd job must not break what is shown or counted for all the others."""
+    # Imported here: ``kubernetes.utils`` imports the whole client, which importing the operators must not.
+    from kubernetes.utils.quantity import parse_quantity
+
     try:
         quantity = parse_quantity(value)
     except (ValueError, TypeError):

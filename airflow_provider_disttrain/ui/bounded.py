@@ -69,10 +69,10 @@ class TimedApi:
         @wraps(call)
         def timed(*args: Any, **kwargs: Any) -> Any:
             left = budget.left()
-            if left is not None:
-                if left <= 0:
-                    raise budget.spent()
-                kwargs["_request_timeout"] = left
+            if left is not None and left <= 0:
+                raise budget.spent()
+            # Outside a request (no deadline) a call still has a bound: the budget's length.
+            kwargs["_request_timeout"] = budget.seconds if left is None else left
             try:
                 return call(*args, **kwargs)
             except Exception as error:

@@ -243,7 +243,7 @@ class JobListCache:
         if self._store is None or now - self._swept_at < SWEEP_SECONDS:
             return
         self._swept_at = now
-        self._store.sweep(now, self._idle)
+        self._store.sweep(time.time(), self._idle)  # against the files' times: the file system's clock
 
     def _fresh(self, fetched_at: float | None) -> bool:
         # Not fresh either when it is ahead of the clock by more than the skew (the wall clock went back).
