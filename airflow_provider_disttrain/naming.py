@@ -30,6 +30,9 @@ TASK_INSTANCE_LABEL = f"{LABEL_PREFIX}/task-instance"
 # The Airflow deployment that made the job (``deployment.py``): a hash of the exact id, never the id cut or
 # sanitized to fit a label value, so that no two ids share it. Jobs made before it existed lack it.
 DEPLOYMENT_LABEL = f"{LABEL_PREFIX}/deployment"
+# The DAG-id label is cut and sanitized (``etl`` and ``_etl`` both give ``etl``): who may see a job is
+# decided on this hash of the full DAG id instead (the UI's Training jobs page).
+DAG_KEY_LABEL = f"{LABEL_PREFIX}/dag-key"
 
 
 def to_dns1035(text: str) -> str:
@@ -100,6 +103,11 @@ def legacy_task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: 
     return _digest(dag_id, task_id, run_id, str(map_index))
 
 
+def dag_key(dag_id: str) -> str:
+    """Stable short hash of one DAG id, whole (a label value: 40 hex digits)."""
+    return hashlib.sha256(dag_id.encode()).hexdigest()[:40]
+
+
 def task_instance_labels(
     dag_id: str,
     task_id: str,
@@ -120,6 +128,7 @@ def task_instance_labels(
         TASK_INSTANCE_LABEL: task_instance_key(dag_id, task_id, run_id, map_index, deployment),
         DEPLOYMENT_LABEL: deployment_label_value(deployment),
     }
+    labels[DAG_KEY_LABEL] = dag_key(dag_id)
     if map_index < 0:
         # An unmapped task (map_index -1): "-1" is no valid label value and sanitizing it gives "1",
         # which would claim map index 1. Like the cncf pod operator, leave the label off.

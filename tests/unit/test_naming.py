@@ -11,6 +11,7 @@ from airflow_provider_disttrain.manifest.kube_rules import is_dns1035_label, is_
 from airflow_provider_disttrain.naming import (
     DAG_ID_LABEL,
     DEPLOYMENT_LABEL,
+    DAG_KEY_LABEL,
     MAP_INDEX_LABEL,
     MAX_NAME_LENGTH,
     RUN_ID_LABEL,
@@ -18,6 +19,7 @@ from airflow_provider_disttrain.naming import (
     TASK_INSTANCE_LABEL,
     TRY_NUMBER_LABEL,
     deployment_label_value,
+    dag_key,
     generate_job_name,
     label_selector,
     legacy_task_instance_key,
@@ -216,6 +218,18 @@ def test_run_ids_that_differ_only_past_63_characters_share_a_label_but_not_a_key
     assert labels_a[TASK_INSTANCE_LABEL] != labels_b[TASK_INSTANCE_LABEL]
 
 
+@pytest.mark.parametrize(
+    ("dag_a", "dag_b"), [("etl", "_etl"), ("données", "donn_es"), ("x" * 63 + "a", "x" * 63 + "b")]
+)
+def test_dag_ids_that_share_a_label_do_not_share_a_dag_key(dag_a: str, dag_b: str) -> None:
+    labels_a = task_instance_labels(dag_a, "train", "r", -1, 1)
+    labels_b = task_instance_labels(dag_b, "train", "r", -1, 1)
+
+    assert labels_a[DAG_ID_LABEL] == labels_b[DAG_ID_LABEL]
+    assert labels_a[DAG_KEY_LABEL] == dag_key(dag_a) != labels_b[DAG_KEY_LABEL] == dag_key(dag_b)
+    assert re.fullmatch(r"[0-9a-f]{40}", labels_a[DAG_KEY_LABEL])  # a valid label value
+
+
 def test_task_instance_labels_of_a_mapped_task():
     labels = task_instance_labels("nightly_training", "train", LONG_RUN_ID, 3, 2)
 
@@ -227,6 +241,7 @@ def test_task_instance_labels_of_a_mapped_task():
         TRY_NUMBER_LABEL: "2",
         TASK_INSTANCE_LABEL: task_instance_key("nightly_training", "train", LONG_RUN_ID, 3),
         DEPLOYMENT_LABEL: deployment_label_value(DEFAULT_DEPLOYMENT_ID),
+        DAG_KEY_LABEL: dag_key("nightly_training"),
     }
     assert all(is_label_value(value) for value in labels.values())
 

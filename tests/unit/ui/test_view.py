@@ -218,3 +218,16 @@ def test_the_newest_warning_events_come_first():
         "count": 7,
         "time": "2024-05-14T09:17:00Z",
     }
+
+
+def test_an_event_count_that_is_no_number_is_shown_as_one():
+    events = [{"type": "Warning", "reason": "r", "message": "m", "count": "<img src=x>", "lastTimestamp": "t"}]
+    assert [row["count"] for row in view.warning_events(events)] == [1]
+
+
+@pytest.mark.parametrize(("quantity", "gpus"), [(2, 2), ("2", 2), ("2E0", 2), ("1000m", 1), ("500m", 1), ("x", 0)])
+def test_gpu_limits_are_read_as_kubernetes_quantities(quantity: Any, gpus: int) -> None:
+    job = fixture("pytorchjob-running.yaml")
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": quantity}}
+    assert [row["gpus_per_replica"] for row in view.replicas(job)] == [gpus, gpus]
