@@ -10,16 +10,16 @@ from airflow_provider_disttrain.deployment import DEFAULT_DEPLOYMENT_ID, deploym
 from airflow_provider_disttrain.manifest.kube_rules import is_dns1035_label, is_label_value
 from airflow_provider_disttrain.naming import (
     DAG_ID_LABEL,
-    DEPLOYMENT_LABEL,
     DAG_KEY_LABEL,
+    DEPLOYMENT_LABEL,
     MAP_INDEX_LABEL,
     MAX_NAME_LENGTH,
     RUN_ID_LABEL,
     TASK_ID_LABEL,
     TASK_INSTANCE_LABEL,
     TRY_NUMBER_LABEL,
-    deployment_label_value,
     dag_key,
+    deployment_label_value,
     generate_job_name,
     label_selector,
     legacy_task_instance_key,
