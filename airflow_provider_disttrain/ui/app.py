@@ -42,7 +42,7 @@ from airflow_provider_disttrain.hooks.training_job import MAX_EVENT_PODS
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.links import CONFIG_SECTION
 from airflow_provider_disttrain.logs import leader_pods
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_key
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_key
 from airflow_provider_disttrain.ui import view
 from airflow_provider_disttrain.ui.bounded import DEFAULT_REQUEST_SECONDS, BoundedHook, Budget
 from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache, NoAnswer, SharedListStore
@@ -228,7 +228,11 @@ def create_app() -> FastAPI:
                 jobs = state.jobs(namespaces)
             except Exception as error:
                 raise _cluster_error(error) from error
-            job = view.newest_job_of(jobs, task_instance_key(dag_id, task_id, run_id, map_index))
+            job = view.newest_job_of(
+                jobs,
+                task_instance_key(dag_id, task_id, run_id, map_index),
+                legacy_task_instance_key(dag_id, task_id, run_id, map_index),
+            )
             if job is None:
                 raise HTTPException(
                     status_code=404,
@@ -263,7 +267,7 @@ def create_app() -> FastAPI:
                 raise _cluster_error(error) from error
         allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
         now = time.time()
-        summaries = [view.job_summary(job, now=now) for job in found]
+        summaries = view.this_deployments(view.job_summary(job, now=now) for job in found)
         # Jobs made before the dag-key label are matched on their DAG-id label: against every DAG id known.
         known = (
             session.scalars(select(DagModel.dag_id)).all()

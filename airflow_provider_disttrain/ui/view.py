@@ -20,12 +20,16 @@ from airflow_provider_disttrain.kueue import admitted_at, held_by_kueue, queue_n
 from airflow_provider_disttrain.naming import (
     DAG_ID_LABEL,
     DAG_KEY_LABEL,
+    DEPLOYMENT_LABEL,
     MAP_INDEX_LABEL,
     RUN_ID_LABEL,
     TASK_ID_LABEL,
     TASK_INSTANCE_LABEL,
     TRY_NUMBER_LABEL,
     dag_key,
+    deployment_label_value,
+    legacy_task_instance_key,
+    resolve_deployment_id,
     sanitize_label_value,
     task_instance_key,
 )
@@ -156,6 +160,7 @@ def task_instance_of(job: Mapping[str, Any]) -> dict[str, Any]:
         "map_index": int(map_index) if map_index is not None and map_index.lstrip("-").isdigit() else -1,
         "try_number": labels.get(TRY_NUMBER_LABEL),
         "key": labels.get(TASK_INSTANCE_LABEL),
+        "deployment": labels.get(DEPLOYMENT_LABEL),
     }
 
 
@@ -256,9 +261,19 @@ def job_detail(
     }
 
 
-def newest_job_of(jobs: Iterable[Mapping[str, Any]], instance_key: str) -> Mapping[str, Any] | None:
-    """The newest job labelled for the task instance of ``instance_key`` (a retry's replaces an earlier try's)."""
-    mine = [job for job in jobs if _labels(job).get(TASK_INSTANCE_LABEL) == instance_key]
+def _is_instances(labels: Mapping[str, str], instance_key: str, legacy_key: str | None) -> bool:
+    """Whether a job's labels name the task instance of ``instance_key`` (this deployment's key), or of
+    ``legacy_key`` for a job made before the deployment label existed (``identity.owns`` decides alike)."""
+    key = labels.get(TASK_INSTANCE_LABEL)
+    return key == instance_key or (legacy_key is not None and DEPLOYMENT_LABEL not in labels and key == legacy_key)
+
+
+def newest_job_of(
+    jobs: Iterable[Mapping[str, Any]], instance_key: str, legacy_key: str | None = None
+) -> Mapping[str, Any] | None:
+    """The newest job labelled for the task instance of ``instance_key`` (a retry's replaces an earlier
+    try's); ``legacy_key`` also finds the instance's job made before the deployment label existed."""
+    mine = [job for job in jobs if _is_instances(_labels(job), instance_key, legacy_key)]
     mine.sort(key=lambda job: str(_metadata(job).get("creationTimestamp") or ""))
     return mine[-1] if mine else None
 
@@ -282,12 +297,24 @@ def link_task_instances(
     """The rows with each job's task instance completed from Airflow's own ``(dag_id, task_id, run_id,
     map_index)`` rows: the labels hold the run id sanitized, the key hash names the exact instance.
     A job whose task instance is not among them keeps ``run_id`` None (no link)."""
+    task_instances = list(task_instances)
     by_key = {task_instance_key(*ti): ti for ti in task_instances}
+    # Jobs made before the deployment label carry the key without the deployment (legacy_task_instance_key).
+    by_legacy_key = {legacy_task_instance_key(*ti): ti for ti in task_instances}
     linked = []
     for row in summaries:
-        ti = by_key.get(str(row["task_instance"].get("key")))
+        instance = row["task_instance"]
+        keys = by_key if instance.get("deployment") else by_legacy_key
+        ti = keys.get(str(instance.get("key")))
         linked.append({**row, "task_instance": {**row["task_instance"], "run_id": ti[2] if ti else None}})
     return linked
+
+
+def this_deployments(summaries: Iterable[dict[str, Any]], deployment_id: str | None = None) -> list[dict[str, Any]]:
+    """The rows of jobs this Airflow deployment made (``deployment_id``, None: this one's), and of jobs made
+    before the deployment label existed; another deployment's jobs are its own UI's to show."""
+    mine = deployment_label_value(resolve_deployment_id(deployment_id))
+    return [row for row in summaries if row["task_instance"].get("deployment") in (None, mine)]
 
 
 def readable(

@@ -237,3 +237,21 @@ def test_a_cluster_that_never_answers_gets_a_504_within_the_budget(
     assert len(answers) == 4, "a request to the UI is still waiting for a cluster that never answers"
     assert {answer.status_code for answer in answers} <= {502, 504}
     assert any(answer.status_code == 504 and "did not answer within 1 s" in answer.text for answer in answers)
+
+
+def test_the_page_shows_this_deployments_jobs_and_older_unlabelled_ones_never_another_deployments(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Staging and prod run the same DAG against one namespace: the same DAG, task and run ids.
+    prod, staging = running_job("job-prod", "etl"), running_job("job-staging", "etl")
+    prod["metadata"]["labels"] = task_instance_labels("etl", "train", "r1", -1, 1, deployment_id="prod")
+    staging["metadata"]["labels"] = task_instance_labels("etl", "train", "r1", -1, 1, deployment_id="staging")
+    older = running_job("job-older", "etl")  # made before the deployment label existed
+    del older["metadata"]["labels"]["disttrain.airflow.apache.org/deployment"]
+    fake_cluster(monkeypatch, [prod, staging, older])
+    monkeypatch.setenv("AIRFLOW__DISTTRAIN__DEPLOYMENT_ID", "staging")
+
+    answer = client_for(monkeypatch, {"etl"}, ["etl"]).get("/api/jobs")
+
+    assert answer.status_code == 200, answer.text
+    assert {row["name"] for row in answer.json()["jobs"]} == {"job-staging", "job-older"}
