@@ -77,7 +77,7 @@ def test_unschedulable_job_times_out_with_the_schedulers_message_and_is_deleted(
 ):
     dag_id = unique_dag_id("nogpu")
     job_name = f"nogpu-{dag_id[-6:]}"
-    source = _dag(dag_id, job_name, deferrable, gpus_per_replica=100, wait_policy=WaitPolicy(startup_timeout=8))
+    source = _dag(dag_id, job_name, deferrable, gpus_per_replica=64, wait_policy=WaitPolicy(startup_timeout=8))
     result = run_dag(dag_id, source)
 
     assert result.task_state("train") == "failed"

@@ -219,7 +219,7 @@ def test_an_unschedulable_trainjob_times_out_with_the_scheduler_s_message_and_is
         dag_id,
         job_name=name,
         num_nodes=2,
-        gpus_per_node=100,
+        gpus_per_node=64,  # more than any node has (8), within the provider's bound
         deferrable=deferrable,
         wait_policy=WaitPolicy(startup_timeout=8),
     )

@@ -394,8 +394,8 @@ def test_a_job_deleted_mid_wait_by_someone_else_ends_the_wait_with_an_error_nami
 
 
 def test_each_startup_deadline_fires_on_time_although_nothing_changes_on_the_server(namespace, admin_api):
-    uids = submit_jobs(admin_api, namespace, {"no-gpus-a": {}, "no-gpus-b": {}}, gpus_per_replica=100)
-    # Nothing will ever happen to these jobs (100 GPUs never schedule): only the deadlines end the waits.
+    uids = submit_jobs(admin_api, namespace, {"no-gpus-a": {}, "no-gpus-b": {}}, gpus_per_replica=64)
+    # Nothing will ever happen to these jobs (64 GPUs never schedule: a node has 8): only the deadlines end the waits.
     # Both after the trigger's settle time (no event comes sooner), 4 s apart.
     settled = time.time() + SETTLE_SECONDS
     deadlines = {"no-gpus-a": settled + 2, "no-gpus-b": settled + 6}
