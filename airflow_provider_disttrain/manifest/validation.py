@@ -170,6 +170,13 @@ def _validate_replicas(kind: JobKind, manifest: Mapping[str, Any]) -> None:
         _validate_container(kind, pod_spec, f"{replica_field}.template.spec")
         validate_pod_spec(pod_spec, f"{replica_field}.template.spec")
         _validate_metadata(template.get("metadata"), f"{replica_field}.template.metadata")
+    if kind.leader_required and kind.leader_replica and not present:
+        # The mpi-operator would only say so in a Warning event, after the job was created.
+        raise InvalidJobSpecError(
+            f"{field}.{kind.leader_replica}",
+            f"is required: the {kind.kind} operator refuses a job without a {kind.leader_replica}; write it in "
+            "job_manifest, or give image= (and command=) to have it built from the parameters",
+        )
 
 
 def _validate_spec_fields(kind: JobKind, manifest: Mapping[str, Any]) -> None:
