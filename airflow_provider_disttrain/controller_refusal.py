@@ -6,7 +6,8 @@ reads only the job sits until its startup timeout and cannot say why. The waits 
 trigger) therefore read the job's Warning events while it has no condition yet, at most every
 ``LOOK_EVERY_SECONDS`` (one LIST, selected by the API server), and end the wait with the event's own
 words. A healthy job gets its first condition within a second of its creation, so it costs at most a
-look or two. Which reasons are refusals is the kind's (``JobKind.refusal_event_reasons``). Pure.
+look or two. Which reasons are refusals is the kind's (``JobKind.refusal_event_reasons``). Pure but for
+``read_refusal``, which reads through the hook it is given.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ def refusal(kind: JobKind, job: Mapping[str, Any], events: Iterable[Mapping[str,
         return None
     newest = max(found, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
     return f"{newest.get('reason')}: {str(newest.get('message') or '').strip()}"
+
+
+def read_refusal(hook: Any, kind: JobKind, ref: JobRef, job: Mapping[str, Any], log: Any) -> str | None:
+    """``refusal`` of ``job`` among its Warning events read through a sync hook (``list_warning_events``).
+    Events that cannot be read now only delay the answer: the next look is one interval later."""
+    try:
+        events = hook.list_warning_events(ref.namespace, {ref.name})
+    except Exception as error:
+        log.warning("Could not read the Warning events of %s: %r", ref.title, error)
+        return None
+    return refusal(kind, job, events)
 
 
 def refused(ref: JobRef, job: Mapping[str, Any], words: str) -> dict[str, Any]:

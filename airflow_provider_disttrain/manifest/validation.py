@@ -2,8 +2,9 @@
 
 The training-operator's validating webhook is often not installed, and the mpi-operator validates
 only in its controller (an invalid MPIJob gets a Warning event and never a status), so a job the
-operators would reject can sit in the cluster forever. Every rule the operators enforce, and every
-mistake that silently breaks a job, is checked here with an error naming the field.
+operators would reject is created and only its events say why (a wait ends on such an event:
+``controller_refusal``). Every rule the operators enforce, and every mistake that silently breaks a
+job, is checked here with an error naming the field, before anything is sent.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_disttrain.controller_refusal import RefusalLooks, refusal, refused
+from airflow_provider_disttrain.controller_refusal import RefusalLooks, read_refusal, refused
 from airflow_provider_disttrain.logs import LogForwarder
 from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_state
 
@@ -92,7 +92,7 @@ def poll_until_over(
         ):
             forwarder.forward()
             return outcome
-        if refusal_looks.due(job, now) and (words := _refusal(hook, kind, ref, job, log)):
+        if refusal_looks.due(job, now) and (words := read_refusal(hook, kind, ref, job, log)):
             return refused(ref, job or {}, words)
         state = job_state(job or {})
         if state != last_state:
@@ -100,14 +100,3 @@ def poll_until_over(
             last_state = state
         remaining = deadlines.seconds_left(state, now=now, job=job, has_run=seen_running)
         sleep(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
-
-
-def _refusal(hook: TrainingJobHook, kind: JobKind, ref: JobRef, job: Any, log: logging.Logger | Any) -> str | None:
-    """The controller's refusal of ``job`` in its Warning events (``controller_refusal``), if any. Events
-    that cannot be read now only delay the answer: the next look is one interval later."""
-    try:
-        events = hook.list_warning_events(ref.namespace, {ref.name})
-    except Exception as error:
-        log.warning("Could not read the Warning events of %s: %r", ref.title, error)
-        return None
-    return refusal(kind, job, events)

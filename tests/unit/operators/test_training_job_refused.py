@@ -1,5 +1,6 @@
-"""Sync mode: a job its controller refuses (a Warning event, no condition) fails the task at once with the
-controller's words, instead of waiting out ``startup_timeout``; a healthy job costs no event reads."""
+"""Sync mode (and a poking sensor): a job its controller refuses (a Warning event, no condition) fails the
+task at once with the controller's words, instead of waiting out ``startup_timeout``; a healthy job costs
+no event reads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from airflow_provider_disttrain.controller_refusal import LOOK_EVERY_SECONDS
 from airflow_provider_disttrain.exceptions import JobFailedInTrainingError
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.parameters import WaitPolicy
-from tests.unit.fakes import FakeTrainingJobHook, make_context, running_status, succeeded_status, with_hook
+from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
+from tests.unit.fakes import FakeTrainingJobHook, make_context, make_job, running_status, succeeded_status, with_hook
 
 REFUSAL = "Found validation errors: spec.mpiReplicaSpecs[Launcher].replicas: Invalid value: 2: must be 1"
 
@@ -80,3 +82,13 @@ def test_a_job_with_conditions_costs_no_event_reads() -> None:
     make_operator(hook).execute(make_context())
 
     assert hook.called("list_warning_events") == []
+
+
+def test_a_sensor_on_a_refused_job_fails_with_the_controllers_words() -> None:
+    hook = FakeTrainingJobHook()
+    job = hook.add_job(make_job("pi", hook.namespace, "MPIJob", uid="uid-7"))  # no condition
+    hook.events.append(validation_error(job))
+    sensor = with_hook(TrainingJobSensor(task_id="wait", job_name="pi", kind="MPIJob", poke_interval=0.01), hook)
+
+    with pytest.raises(JobFailedInTrainingError, match="was refused by its controller and will never run"):
+        sensor.poke(make_context())
