@@ -92,57 +92,56 @@ def test_a_job_the_mpi_operator_refuses_fails_at_once_with_its_words(
     assert live is None or not (live.get("status") or {}).get("conditions")  # the controller never took it
 
 
-def test_an_mpijob_manifest_of_workers_only_runs_with_the_launcher_built(
-    namespace: str, run_dag: Any, jobs: Any
+MPI_LAUNCHER = ["mpirun", "-n", "2", "/home/mpiuser/pi"]
+XGBOOST = (
+    'kind="XGBoostJob", image="docker.io/kubeflow/xgboost-dist-iris:latest", '
+    'args=["--job_type=Train", "--model_path=/tmp/model"],'
+)
+
+
+@pytest.mark.parametrize(
+    ("operator", "arguments", "specs_key", "leader", "plural", "version", "worker_pod"),
+    [
+        (
+            "mpi_job.MPIJobOperator",
+            f"image={MPI_IMAGE!r}, command={MPI_LAUNCHER!r}, slots_per_worker=2,",
+            "mpiReplicaSpecs",
+            "Launcher",
+            "mpijobs",
+            "v2beta1",
+            {"containers": [SSH_WORKER]},  # the launcher's command is not the workers'
+        ),
+        ("training_job.TrainingJobOperator", XGBOOST, "xgbReplicaSpecs", "Master", "xgboostjobs", "v1", {}),
+    ],
+    ids=["mpi-operator", "training-operator-xgboost"],
+)
+def test_a_manifest_of_workers_only_runs_with_the_leader_built_from_the_parameters(
+    namespace: str,
+    run_dag: Any,
+    jobs: Any,
+    operator: str,
+    arguments: str,
+    specs_key: str,
+    leader: str,
+    plural: str,
+    version: str,
+    worker_pod: dict[str, Any],
 ) -> None:
-    dag_id = unique_dag_id("mpiworkers")
-    template = {"metadata": {"annotations": {"team": "vision"}}, "spec": {"containers": [SSH_WORKER]}}
-    arguments = f'image="{MPI_IMAGE}", command=["mpirun", "-n", "2", "/home/mpiuser/pi"], slots_per_worker=2,'
+    # Without the leader the mpi-operator would refuse the MPIJob by event, the training-operator's
+    # webhook the XGBoostJob with a 403 ("spec.xgbReplicaSpecs[Master]: Required value: must be present").
+    dag_id = unique_dag_id("workersonly")
+    module, name = operator.split(".")
+    template = {"metadata": {"annotations": {"team": "vision"}}, "spec": worker_pod}
+    manifest = workers_only(specs_key, 1, template)
     source = BUILT_LEADER_DAG.format(
-        dag_id=dag_id,
-        module="mpi_job",
-        operator="MPIJobOperator",
-        manifest=workers_only("mpiReplicaSpecs", 1, template),
-        arguments=arguments,
+        dag_id=dag_id, module=module, operator=name, manifest=manifest, arguments=arguments
     )
 
     result = run_dag(dag_id, source)
 
     assert result.state == "success", result.task_states
     summary = result.xcom("train")
-    assert summary["replica_statuses"]["Launcher"]["succeeded"] == 1
-    live = jobs.get("mpijobs", namespace, summary["name"], version="v2beta1")
-    specs = live["spec"]["mpiReplicaSpecs"]
-    assert specs["Launcher"]["template"]["spec"]["containers"][0]["command"] == [
-        "mpirun",
-        "-n",
-        "2",
-        "/home/mpiuser/pi",
-    ]
+    assert summary["replica_statuses"][leader]["succeeded"] == 1
+    specs = jobs.get(plural, namespace, summary["name"], version=version)["spec"][specs_key]
     assert specs["Worker"]["template"]["metadata"]["annotations"]["team"] == "vision"
-
-
-def test_an_xgboostjob_manifest_of_workers_only_passes_the_training_operators_webhook(
-    namespace: str, run_dag: Any, jobs: Any
-) -> None:
-    dag_id = unique_dag_id("xgbworkers")
-    template = {"metadata": {"annotations": {"team": "tabular"}}}
-    arguments = (
-        'kind="XGBoostJob", image="docker.io/kubeflow/xgboost-dist-iris:latest", '
-        'args=["--job_type=Train", "--model_path=/tmp/model"],'
-    )
-    source = BUILT_LEADER_DAG.format(
-        dag_id=dag_id,
-        module="training_job",
-        operator="TrainingJobOperator",
-        manifest=workers_only("xgbReplicaSpecs", 2, template),
-        arguments=arguments,
-    )
-
-    result = run_dag(dag_id, source)
-
-    assert result.state == "success", result.task_states
-    summary = result.xcom("train")
-    assert summary["replica_statuses"]["Master"]["succeeded"] == 1
-    live = jobs.get("xgboostjobs", namespace, summary["name"])
-    assert live["spec"]["xgbReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]["team"] == "tabular"
+    assert specs[leader]["replicas"] == 1
