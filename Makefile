@@ -10,6 +10,9 @@ VENV := $(REPO_ROOT)/.venv
 VENV_PY := $(VENV)/bin/python
 UV := $(shell command -v uv 2>/dev/null)
 export DEVCLUSTER_DIR ?= $(REPO_ROOT)/.devcluster
+# Each step's wall time (dev/step.sh): printed as it ends, and listed by .ci/run when STEP_TIMES names a file.
+export STEP_TIMES_DIR ?= $(REPO_ROOT)/.devsteps
+STEP := $(REPO_ROOT)/dev/step.sh
 
 include $(REPO_ROOT)/dev/cluster.mk
 include $(REPO_ROOT)/dev/airflow.mk
@@ -20,24 +23,30 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
+	@$(STEP) begin venv
 	@echo "==> Python environment ($(VENV))"
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
 	@uv venv --quiet --allow-existing -p $(PYTHON) $(VENV)
 	@uv pip install --quiet -p $(VENV_PY) -e ".[openlineage,test,browser-test,fab-auth-test]"  # [openlineage]: the local Airflow deployment reports lineage
 	@touch $@
+	@$(STEP) end venv
 
 venv: $(VENV)/.installed ## Create .venv with the provider, Airflow and the test tools
 
 lint: venv ## ruff check, format check and mypy on the package
+	@$(STEP) begin lint
 	@$(VENV)/bin/ruff check airflow_provider_disttrain tests example_dags bench training dev
 	@$(VENV)/bin/ruff format --check airflow_provider_disttrain tests example_dags bench training dev
 	@$(VENV)/bin/mypy
+	@$(STEP) end lint
 
 typecheck: venv ## mypy on the package (it ships py.typed)
 	@$(VENV)/bin/mypy
 
 unit-test: venv ## Unit tests only (no cluster)
-	@$(VENV)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal
+	@$(STEP) begin unit
+	@$(VENV)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal --durations=25
+	@$(STEP) end unit
 
 # The lowest versions pyproject.toml declares, for the provider's own dependencies (uv's lowest-direct
 # resolution; transitive ones resolve as usual, within .ci/lowest-deps-constraints.txt), in a venv of
@@ -45,6 +54,7 @@ unit-test: venv ## Unit tests only (no cluster)
 VENV_LOWEST := $(REPO_ROOT)/.venv-lowest
 
 $(VENV_LOWEST)/.installed: pyproject.toml .ci/lowest-deps-constraints.txt
+	@$(STEP) begin venv-lowest
 	@echo "==> Python environment with the lowest declared versions ($(VENV_LOWEST))"
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
 	@uv venv --quiet --allow-existing -p $(PYTHON) $(VENV_LOWEST)
@@ -52,12 +62,25 @@ $(VENV_LOWEST)/.installed: pyproject.toml .ci/lowest-deps-constraints.txt
 		-c .ci/lowest-deps-constraints.txt -e ".[test]"
 	@uv pip list -p $(VENV_LOWEST)/bin/python 2>/dev/null | grep -iE '^(apache-airflow|apache-airflow-core|apache-airflow-task-sdk|apache-airflow-providers-cncf-kubernetes|kubernetes|kubernetes-asyncio|pyyaml|tenacity) '
 	@touch $@
+	@$(STEP) end venv-lowest
 
 lowest-deps-test: $(VENV_LOWEST)/.installed ## Unit tests on the lowest versions pyproject declares (.venv-lowest)
-	@$(VENV_LOWEST)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal
+	@$(STEP) begin unit-lowest
+	@$(VENV_LOWEST)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal --durations=25
+	@$(STEP) end unit-lowest
 
-integration-test: venv cluster-up ## Integration tests against the local cluster
-	@$(VENV)/bin/pytest tests -m integration -q -p no:cacheprovider -rs --durations=15
+# Integration tests in two passes. Most tests use only a namespace of their own and spend their time
+# waiting for the cluster, so they run on IT_WORKERS xdist workers at once; those that train for real on
+# the executing node (CPU) and those that hold the cluster's GPUs each form one xdist_group, run one at
+# a time on one worker. Tests marked `serial` restart the API server every test talks to: they run
+# alone afterwards.
+IT_WORKERS ?= 3
+integration-test: venv cluster-up ## Integration tests against the local cluster (IT_WORKERS=3 in parallel, then the serial ones)
+	@$(STEP) begin integration
+	@$(VENV)/bin/pytest tests/integration -m "integration and not serial" -q -p no:cacheprovider -rs --durations=25 \
+		-n $(IT_WORKERS) --dist loadgroup
+	@$(VENV)/bin/pytest tests/integration -m "integration and serial" -q -p no:cacheprovider -rs --durations=25
+	@$(STEP) end integration
 
 test: lint unit-test lowest-deps-test integration-test e2e-test ## Everything CI runs: lint, unit tests (also on the lowest declared versions), integration tests on the local cluster, e2e tests in Airflow
 

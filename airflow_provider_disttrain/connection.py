@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -45,12 +45,21 @@ class ClusterConnection:
         return json.loads(json.dumps(asdict(self)))
 
     @classmethod
-    def from_dict(cls, stored: Mapping[str, Any]) -> ClusterConnection:
-        """The value ``to_dict`` stored; unknown keys are refused, so a typo cannot drop credentials."""
-        unknown = set(stored) - {"conn_id", "cluster_context", "kubeconfig", "extras"}
-        if unknown:
-            raise ValueError(f"connection: unknown keys {sorted(unknown)}")
-        return cls(**stored)
+    def unknown_keys(cls, stored: Mapping[str, Any]) -> list[str]:
+        """The keys of a stored value that this version does not know (a newer version wrote them)."""
+        return sorted(set(stored) - {field.name for field in fields(cls)})
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any], *, ignore_unknown: bool = False) -> ClusterConnection:
+        """The value ``to_dict`` stored; unknown keys are refused, so a typo cannot drop credentials.
+
+        ``ignore_unknown``: leave them out instead (the caller warns). A trigger row written by a newer
+        worker and read by an older triggerer during a rolling upgrade: failing the task would be worse
+        than reaching the cluster with the keys this version knows.
+        """
+        if (unknown := cls.unknown_keys(stored)) and not ignore_unknown:
+            raise ValueError(f"connection: unknown keys {unknown}")
+        return cls(**{key: value for key, value in stored.items() if key not in unknown})
 
     @cached_property
     def identity(self) -> str:

@@ -68,6 +68,11 @@ class InfrastructureFailureError(TrainingJobError):
     deadline): a retry may succeed. ``DisttrainRetryPolicy`` retries it after a delay."""
 
 
+class LostContactError(InfrastructureFailureError):
+    """The wait could not reach the API server for longer than ``wait_policy.api_failure_tolerance``. That
+    says nothing about the job: it was not deleted, and a retry of the task reattaches to it."""
+
+
 class JobFailedInTrainingError(JobFailedError, TrainingFailureError):
     """The job failed, and the training itself is why."""
 

@@ -75,7 +75,18 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "https://kubeflow.example.com/#/jobs/{namespace}/{name}",
                         "default": "",
-                    }
+                    },
+                    "deployment_id": {
+                        "description": "Names this Airflow deployment on the jobs it makes (a hash of it is "
+                        "the disttrain.airflow.apache.org/deployment label, and part of the ownership key): "
+                        "a task reattaches to, and the orphan cleanup deletes, only jobs of its own "
+                        "deployment. Deployments that share a namespace must set different ids. Unset: "
+                        "'default'. Changing it makes running jobs another deployment's.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "prod-eu",
+                        "default": "",
+                    },
                 },
             }
         },

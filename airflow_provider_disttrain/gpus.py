@@ -7,6 +7,7 @@ counts (``nvidia.com/gpu``, ``amd.com/gpu``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,8 +17,22 @@ from airflow_provider_disttrain.status import JobState, job_state, replica_count
 GPU_SUFFIX = "/gpu"
 
 
+def gpu_count(value: Any) -> int:
+    """A GPU limit as Kubernetes reads the quantity (``2``, ``"2"``, ``"2E0"``, ``"1000m"``); a fraction
+    (which the API server refuses for an extended resource) counts whole, and what is no quantity as 0:
+    one odd job must not break what is shown or counted for all the others."""
+    # Imported here: ``kubernetes.utils`` imports the whole client, which importing the operators must not.
+    from kubernetes.utils.quantity import parse_quantity
+
+    try:
+        quantity = parse_quantity(value)
+    except (ValueError, TypeError):
+        return 0
+    return max(math.ceil(quantity), 0) if quantity.is_finite() else 0
+
+
 def _gpus_of_limits(limits: Mapping[str, Any]) -> int:
-    return sum(int(str(value)) for name, value in limits.items() if str(name).endswith(GPU_SUFFIX))
+    return sum(gpu_count(value) for name, value in limits.items() if str(name).endswith(GPU_SUFFIX))
 
 
 def _gpus_of_pod_template(template: Mapping[str, Any]) -> int:

@@ -114,16 +114,21 @@ def describe_hold(job: Mapping[str, Any]) -> str:
 # -- Workloads ------------------------------------------------------------------------------------------
 
 
+def standing_workload(workloads: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Of one job's Workloads, the one that stands for it: the newest not being deleted (Kueue replaces a
+    job's Workload with a new one, of a new name and uid, and deletes the old one before or after)."""
+    standing = [workload for workload in workloads if not (workload.get("metadata") or {}).get("deletionTimestamp")]
+    standing.sort(key=lambda workload: str((workload.get("metadata") or {}).get("creationTimestamp") or ""))
+    return standing[-1] if standing else None
+
+
 def workload_of(workloads: Iterable[Mapping[str, Any]], job_uid: str) -> Mapping[str, Any] | None:
-    """The Workload standing for the job of ``job_uid`` (the newest one not being deleted)."""
-    mine = [
+    """The Workload standing for the job of ``job_uid`` (``standing_workload`` of those of its label)."""
+    return standing_workload(
         workload
         for workload in workloads
         if ((workload.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL) == job_uid
-        and not (workload.get("metadata") or {}).get("deletionTimestamp")
-    ]
-    mine.sort(key=lambda workload: str((workload.get("metadata") or {}).get("creationTimestamp") or ""))
-    return mine[-1] if mine else None
+    )
 
 
 def is_admitted(workload: Mapping[str, Any]) -> bool:

@@ -10,6 +10,7 @@ answer serves every job waiting in that LocalQueue, so the waiters of a LocalQue
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timezone
@@ -53,18 +54,52 @@ class QueuePosition:
         return text
 
 
+class MalformedAnswer(ValueError):
+    """The visibility API answered something that is not a ``PendingWorkloadsSummary`` (a proxy's error
+    page, a changed schema). One such answer is skipped: the last positions stay and the next is asked."""
+
+
+def parse_summary(body: str | bytes) -> dict[str, Any]:
+    """The JSON object of a visibility answer's body; ``MalformedAnswer`` when it is not one."""
+    try:
+        summary = json.loads(body)
+    except ValueError as error:  # JSONDecodeError, and UnicodeDecodeError of bytes that are not UTF-8
+        raise MalformedAnswer(f"not JSON: {error}") from error
+    if not isinstance(summary, dict):
+        raise MalformedAnswer(f"a JSON {type(summary).__name__}, not an object")
+    return summary
+
+
+def _position_field(item: Mapping[str, Any], key: str, name: str) -> int:
+    value = item.get(key)
+    if value is None:
+        return 0  # omitted when zero (Go's omitempty)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MalformedAnswer(f"item {name!r}: {key} is {value!r}, not a non-negative integer")
+    return value
+
+
 def positions(local_queue: str, summary: Mapping[str, Any]) -> dict[str, QueuePosition]:
-    """Each pending Workload's position (keyed by the Workload's name) from a ``PendingWorkloadsSummary``."""
-    items = [item for item in summary.get("items") or [] if isinstance(item, Mapping)]
+    """Each pending Workload's position (keyed by the Workload's name) from a ``PendingWorkloadsSummary``.
+
+    ``MalformedAnswer`` names what does not fit (items not a list, an item without a name, a position
+    that is not a non-negative integer): the whole answer is refused rather than half believed.
+    """
+    items = summary.get("items") if isinstance(summary, Mapping) else None
+    if items is None and isinstance(summary, Mapping):
+        items = []
+    if not isinstance(items, list):
+        raise MalformedAnswer(f"items is {type(items).__name__}, not a list")
     found: dict[str, QueuePosition] = {}
-    for item in items:
-        name = (item.get("metadata") or {}).get("name")
-        if not name:
-            continue
-        found[str(name)] = QueuePosition(
+    for index, item in enumerate(items):
+        metadata = item.get("metadata") if isinstance(item, Mapping) else None
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise MalformedAnswer(f"item {index} has no metadata.name")
+        found[name] = QueuePosition(
             local_queue=local_queue,
-            in_local_queue=int(item.get("positionInLocalQueue") or 0),
-            cluster_queue_position=int(item.get("positionInClusterQueue") or 0),
+            in_local_queue=_position_field(item, "positionInLocalQueue", name),
+            cluster_queue_position=_position_field(item, "positionInClusterQueue", name),
             pending_in_local_queue=len(items),
         )
     return found

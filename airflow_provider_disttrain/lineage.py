@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.kueue import queue_name
@@ -101,22 +101,39 @@ def job_facts(
     }
 
 
+def without_userinfo(uri: str) -> str:
+    """``uri`` without the ``user:password@`` of its authority (``https://user:token@host/x`` is
+    ``https://host/x``, ``s3://KEY:SECRET@bucket/k`` is ``s3://bucket/k``), anything else unchanged.
+
+    Lineage leaves the task: an OpenLineage backend, an Asset event's ``extra`` any DAG reads. A storage
+    URI's credentials stay in the job, where the initializer needs them. Airflow's own Asset URIs drop
+    them only when a password is given; a bare token as the user (``s3://TOKEN@bucket``) goes too.
+    """
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def initializer_uris(manifest: Mapping[str, Any] | None) -> list[str]:
     """The storage URIs a TrainJob's initializers read (``spec.initializer.dataset``/``model``): its
-    inputs. Empty for every other kind, which names no input in its manifest."""
+    inputs, without credentials (``without_userinfo``). Empty for every other kind, which names no input
+    in its manifest."""
     initializer = _mapping(_mapping(_mapping(manifest).get("spec")).get("initializer"))
     uris = [_mapping(initializer.get(step)).get("storageUri") for step in ("dataset", "model")]
-    return [uri for uri in uris if isinstance(uri, str) and uri]
+    return [without_userinfo(uri) for uri in uris if isinstance(uri, str) and uri]
 
 
 def split_uri(uri: str, field: str = "uri") -> tuple[str, str, str]:
-    """``(scheme, authority, path)`` of a dataset URI; a path without a scheme is a local file.
+    """``(scheme, authority, path)`` of a dataset URI; a path without a scheme is a local file. The
+    authority has no credentials (``without_userinfo``).
 
-    Raises ``ValueError`` naming ``field`` for what names no dataset.
+    Raises ``ValueError`` naming ``field`` for what names no dataset (quoting the URI without credentials).
     """
     if not isinstance(uri, str) or not uri.strip():
         raise ValueError(f"{field}: expected a dataset URI such as s3://bucket/path, got {uri!r}")
-    parts = urlsplit(uri.strip())
+    uri = without_userinfo(uri.strip())
+    parts = urlsplit(uri)
     if not parts.scheme:
         if not parts.path.startswith("/"):
             raise ValueError(f"{field}: a path without a scheme must be absolute, got {uri!r}")
@@ -130,7 +147,7 @@ def asset_event_extra(result: Mapping[str, Any], model_uri: str, cluster: Mappin
     """The ``extra`` of the Asset event a training task emits for its model: enough for a DAG scheduled
     on the model to deploy or evaluate it without reading the training DAG's XComs."""
     return {
-        "model_uri": model_uri,
+        "model_uri": without_userinfo(model_uri),
         "job": {key: result.get(key) for key in ("kind", "namespace", "name", "uid")},
         "cluster": dict(cluster),
         "state": result.get("state"),

@@ -24,7 +24,7 @@ from openlineage.client.facet_v2 import RunFacet
 from openlineage.client.naming import dataset as naming
 
 from airflow_provider_disttrain import __version__
-from airflow_provider_disttrain.lineage import split_uri
+from airflow_provider_disttrain.lineage import split_uri, without_userinfo
 
 # A URI naming this provider and its version (OpenLineage asks for one, e.g. a repository at a tag;
 # the package has no published home to point at).
@@ -97,7 +97,7 @@ def dataset_from_uri(uri: str, field: str = "uri") -> Dataset:
     named: naming.DatasetNaming
     if scheme in _BUCKET_SCHEMES:
         if not authority:
-            raise ValueError(f"{field}: {uri!r} names no bucket")
+            raise ValueError(f"{field}: {without_userinfo(uri)!r} names no bucket")
         named = _BUCKET_SCHEMES[scheme](bucket_name=authority, object_key=path.lstrip("/") or "/")
     elif scheme == "file":
         named = naming.RemoteFileSystem(host=authority, path=path) if authority else naming.LocalFileSystem(path=path)
@@ -108,7 +108,10 @@ def dataset_from_uri(uri: str, field: str = "uri") -> Dataset:
 
 def dataset_from_asset(asset: Any) -> Dataset:
     """An Asset as an OpenLineage dataset: the converter a provider registered for its scheme, else
-    the naming spec applied to its URI."""
+    the naming spec applied to its URI. Either reads the URI without credentials: Airflow drops the user
+    info of an Asset's URI only when it has a password (``s3://TOKEN@bucket`` keeps its token)."""
+    if (uri := without_userinfo(asset.uri)) != asset.uri:
+        asset = attr.evolve(asset, uri=uri)
     return translate_airflow_asset(asset, None) or dataset_from_uri(asset.uri, f"Asset {asset.name!r}")
 
 

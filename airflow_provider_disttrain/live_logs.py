@@ -14,17 +14,21 @@ it - ``logs.LogCursor``), merge-patched at most every ``SAVE_EVERY_SECONDS`` and
 trigger stops. The job is the one object every triggerer can read and that lives exactly as long as
 the log matters; the metadata database is not reachable from a trigger, and the task state store is
 not either. A new trigger reads the annotation (one GET of the job), asks the kubelet for the lines
-since just before that time (``sinceSeconds``: the generated client has no ``sinceTime``) and skips
-those already written (``logs.new_lines``). At most ``SAVE_EVERY_SECONDS`` of lines may be written
-twice after a crash; none are skipped.
+since that line's second (``sinceTime``: the kubelet's own timestamps, so a triggerer whose clock is
+ahead of the node's loses nothing, as it would counting ``sinceSeconds`` back on its own clock) and
+skips those already written (``logs.new_lines``). At most ``SAVE_EVERY_SECONDS`` of lines may be
+written twice after a crash; none are skipped.
+
+Lines are read with a bound (``bounded_lines``): a line longer than ``MAX_STREAM_LINE_BYTES`` (a
+progress bar redrawn with ``\r`` for hours is one line) is cut, where aiohttp's line reader would fail
+on it at every retry; control characters never reach the task log (``logs.printable``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from airflow_provider_disttrain import clock as clocks
@@ -32,14 +36,48 @@ from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClientClosed
 from airflow_provider_disttrain.kinds import JobKind
-from airflow_provider_disttrain.logs import LogCursor, leader_pods, new_lines
+from airflow_provider_disttrain.logs import LogCursor, leader_pods, new_lines, printable, since_time
 
 LOG_POSITION_ANNOTATION = "disttrain.airflow.apache.org/log-position"
 SAVE_EVERY_SECONDS = 30.0
 DEFAULT_BYTES_PER_SECOND = 16_384
 _RETRY_SECONDS = (2.0, 5.0, 15.0, 30.0)
 _FINISHED_PHASES = ("Succeeded", "Failed")
-_NANOSECONDS = 1_000_000_000
+# A line of the stream is cut after this many bytes (its timestamp comes first, so it still places the
+# line); the rest up to its newline is skipped unread. The task log shows at most ``logs.MAX_LINE_BYTES``.
+MAX_STREAM_LINE_BYTES = 65_536
+_READ_CHUNK_BYTES = 65_536
+
+
+async def bounded_lines(chunks: AsyncIterable[bytes], limit: int = MAX_STREAM_LINE_BYTES) -> AsyncIterator[bytes]:
+    """The lines of a byte stream (without their newline), each at most ``limit`` bytes: a longer one is
+    yielded cut, as soon as ``limit`` bytes of it arrived, and its rest is skipped.
+
+    aiohttp's ``StreamReader`` iterates lines only up to its buffer's limit and raises on a longer one
+    (the stream then fails at the same line every time it is retried); it has no reader that cuts.
+    """
+    buffer = bytearray()
+    skipping = False  # inside a line that was cut already
+    async for chunk in chunks:
+        start = 0
+        while start < len(chunk):
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if not skipping:
+                buffer += piece[: limit + 1 - len(buffer)]  # one byte over tells a line of exactly limit
+                if len(buffer) > limit:
+                    yield bytes(buffer[:limit]) + b" [line cut]"
+                    buffer.clear()
+                    skipping = True
+                elif end >= 0:
+                    yield bytes(buffer)
+                    buffer.clear()
+            if end < 0:
+                break
+            skipping = False
+            start = end + 1
+    if buffer and not skipping:
+        yield bytes(buffer)
 
 
 def encode_position(pod: str, cursor: LogCursor) -> str:
@@ -80,8 +118,8 @@ class LeaderLogFollower:
 
     :param cluster: the triggerer's ``ClusterClient`` of the job's cluster.
     :param read_job: reads the job (with its annotations), e.g. ``Subscription.read``.
-    :param clock: wall time for ``sinceSeconds``, the byte budget and the saving cadence (the
-        running loop's clock by default).
+    :param clock: wall time for the byte budget and the saving cadence (the running loop's clock by
+        default).
     """
 
     def __init__(
@@ -167,12 +205,13 @@ class LeaderLogFollower:
         container = self.kind.main_container_name(pod)
         options: dict[str, Any] = {"container": container, "follow": True, "timestamps": True}
         if self.cursor is not None:
-            # A second early (whole seconds), so no line at the cursor's time is missed; new_lines skips.
-            options["since_seconds"] = max(1, math.ceil(self.clock.wall() - self.cursor.at / _NANOSECONDS) + 1)
+            # From the cursor's second on the node's clock (whole seconds, rounded down, so no line at the
+            # cursor's time is missed); new_lines skips what was written already.
+            options["since_time"] = since_time(self.cursor)
         response = await jobs.stream_pod_log(pod_name, self.namespace, **options)
         try:
-            async for raw in response.content:
-                self._write(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+            async for raw in bounded_lines(response.content.iter_chunked(_READ_CHUNK_BYTES)):
+                self._write(raw.decode("utf-8", errors="replace").rstrip("\r"))
                 await self._save()
         finally:
             response.release()
@@ -184,7 +223,7 @@ class LeaderLogFollower:
         texts, cursor = new_lines(self.cursor, [line])
         self.cursor = cursor or self.cursor
         now = self.clock.wall()
-        for text in texts:
+        for text in map(printable, texts):
             size = len(text.encode())
             if self.budget.take(size, now):
                 self._flush_drops()

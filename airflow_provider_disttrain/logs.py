@@ -103,15 +103,43 @@ def split_timestamp(line: str) -> tuple[int | None, str]:
     return int(seconds) * _NANOSECONDS + int((fraction or "0").ljust(9, "0")), text
 
 
+# A line longer than this (UTF-8 bytes) is cut in the task log (a progress bar redrawn with ``\r`` is one
+# long line); half the live log's default budget (``live_logs.DEFAULT_BYTES_PER_SECOND``), which a line
+# must fit in to be written at all.
+MAX_LINE_BYTES = 8_192
+# Terminal escape sequences (CSI: colours, cursor moves; OSC: titles, links; two-byte ESC sequences), then
+# every other C0 and C1 control character but the tab: a log viewer shows them raw, or acts on them.
+_ESCAPE_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A log line as the task log shows it: what a terminal would show of a line redrawn with ``\r`` (its
+    last non-empty part), without escape sequences and control characters, cut at ``MAX_LINE_BYTES``."""
+    if "\r" in text:
+        text = next((part for part in reversed(text.split("\r")) if part), "")
+    text = _CONTROL.sub("", _ESCAPE_SEQUENCE.sub("", text))
+    encoded = text.encode()
+    if len(encoded) > MAX_LINE_BYTES:
+        cut = len(encoded) - MAX_LINE_BYTES
+        text = f"{encoded[:MAX_LINE_BYTES].decode('utf-8', errors='ignore')} [{cut} bytes cut]"
+    return text
+
+
 def since_time(cursor: LogCursor) -> str:
     """``sinceTime`` for reading on from ``cursor``: the API takes whole seconds, so this rounds down."""
     return datetime.fromtimestamp(cursor.at // _NANOSECONDS, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def complete_lines(text: str, limit_bytes: int | None) -> list[str]:
-    """The lines of a read; a last line cut off by ``limit_bytes`` is left for the next read."""
-    lines = text.splitlines()
-    if limit_bytes is not None and lines and not text.endswith("\n") and len(text.encode()) >= limit_bytes:
+    """The lines of a read; a last line cut off by ``limit_bytes`` is left for the next read.
+
+    Split at newlines only: ``str.splitlines`` also splits at ``\r`` and other controls, which would
+    turn a progress bar's redraws into lines without a timestamp (written again by every read).
+    """
+    lines = text.split("\n")
+    # An empty last part: the text ended with its last line's newline (or was empty).
+    if lines[-1] == "" or (limit_bytes is not None and len(text.encode()) >= limit_bytes):
         lines.pop()
     return lines
 
@@ -230,7 +258,7 @@ class LogForwarder:
             )
         new, end = new_lines(cursor, complete_lines(text, limit))
         for line in new:
-            self.logger.info("[%s] %s", pod_name, line)
+            self.logger.info("[%s] %s", pod_name, printable(line))
         if end is not None:
             self._cursors[pod_name] = end
         truncated = limit is not None and len(text.encode()) >= limit

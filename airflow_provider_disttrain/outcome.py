@@ -2,15 +2,18 @@
 
 Shared by the synchronous wait loop, the sensor and the trigger, so that deferrable and sync mode
 end in the same way for the same job. An outcome is a JSON-safe dict (it travels as a trigger event):
-``{"status": "success" | "failed" | "timeout" | "inadmissible" | "error", "kind", "name", "namespace",
-"state", "message", "job"}`` where ``job`` is the ``job_result`` summary (or None when the job is gone).
-``inadmissible``: Kueue said it can never admit the job (``kueue_admission``), so it never ran.
+``{"status": "success" | "failed" | "timeout" | "inadmissible" | "lost_contact" | "error", "kind", "name",
+"namespace", "state", "message", "job"}`` where ``job`` is the ``job_result`` summary (or None when the job
+is gone). ``inadmissible``: Kueue said it can never admit the job (``kueue_admission``), so it never ran.
+``lost_contact``: the API server could not be reached for longer than ``api_failure_tolerance``; ``job``
+and ``state`` are the last look at the job, which says nothing of how it is doing now.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_disttrain.kueue import held_by_kueue, startup_clock_shift
@@ -21,6 +24,7 @@ SUCCESS = "success"
 FAILED = "failed"
 TIMEOUT = "timeout"
 INADMISSIBLE = "inadmissible"
+LOST_CONTACT = "lost_contact"
 ERROR = "error"
 
 
@@ -79,6 +83,21 @@ def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
 def _last_state(job: Mapping[str, Any], waiting_reason: str | None) -> str:
     described = describe_state(job)
     return f"{described}; Kueue: {waiting_reason}" if waiting_reason and held_by_kueue(job) else described
+
+
+def lost_contact(
+    ref: JobRef, job: Mapping[str, Any] | None, *, waited: float, last_contact: float, error: str
+) -> dict[str, Any]:
+    """The wait could not reach the API server for ``waited`` seconds (``error``: the last failure);
+    ``job`` is the last look at the job, taken by ``last_contact`` (epoch seconds)."""
+    at = datetime.fromtimestamp(last_contact, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    seen = f"was last seen {describe_state(job)} at {at}" if job else f"had not been read yet at {at}"
+    return make_outcome(
+        ref,
+        LOST_CONTACT,
+        f"lost contact with the API server for {waited:.0f}s while waiting for {ref.title} ({error}); the job {seen}",
+        job,
+    )
 
 
 def job_gone(ref: JobRef) -> dict[str, Any]:
@@ -176,13 +195,26 @@ def seconds_to_deadline(
     return max(min(remaining), 0.0) if remaining else None
 
 
+def same_job(ref: JobRef, job: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``job`` (a read by name) when it is the job ``ref`` names: of its uid, when ``ref`` has one.
+
+    None otherwise: the name holds a job created since (another run's, a person's copy), and the one
+    this wait is about is gone. Nothing of the other may end this task: its state, result or logs.
+    """
+    if job is None or ref.uid is None or (job.get("metadata") or {}).get("uid") == ref.uid:
+        return job
+    return None
+
+
 def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
     """A timeout ``outcome`` judged on an older look at the job, settled by a fresh look (``job``).
 
     A trigger's cache can lag behind the job (a silent watch): a job that has finished since ends the
     task as it finished, not as a timeout, so it is neither reported as timed out nor deleted for it.
-    Any other outcome, or a job still unfinished or gone, is returned as it is (the same object).
+    Any other outcome, or a job still unfinished, gone, or another under the same name (``same_job``),
+    is returned as it is (the same object).
     """
+    job = same_job(ref, job)
     if outcome["status"] != TIMEOUT or job is None or not job_state(job).is_terminal:
         return outcome
     if job_state(job) is JobState.SUCCEEDED:

@@ -24,6 +24,8 @@ IF_EXISTS_CHOICES = ("reattach", "fail", "replace")
 DELETE_ON_FINISH_CHOICES = ("never", "succeeded", "always")
 NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
 DEFAULT_PROGRESS_INTERVAL_SECONDS = 30.0
+DEFAULT_API_FAILURE_TOLERANCE_SECONDS = 900.0
+"""15 minutes: a managed cluster's control-plane upgrade (a zonal one has no API server for minutes)."""
 
 
 # -- validators ------------------------------------------------------------------------------------
@@ -50,12 +52,14 @@ def optional_choice(value: str | None, choices: Sequence[str], field: str) -> st
     return None if value is None else choice(value, choices, field)
 
 
-def integer_at_least(value: int | None, field: str, minimum: int = 1) -> int | None:
-    """``value`` if it is an integer (not a bool) of at least ``minimum``; None stays None."""
+def integer_at_least(value: int | None, field: str, minimum: int = 1, maximum: int | None = None) -> int | None:
+    """``value`` if it is an integer (not a bool) from ``minimum`` to ``maximum``; None stays None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field}: expected an integer >= {minimum}, got {value!r}")
+        raise InvalidJobSpecError(field, f"expected an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidJobSpecError(field, f"expected an integer <= {maximum}, got {value!r}")
     return value
 
 
@@ -183,18 +187,23 @@ class WaitPolicy:
     :param progress_interval: after a burst of three, at most one progress line per this many seconds in
         a deferred task's log (default 30 s); changes in between are coalesced into the next line, and
         the job's end, or its loss of Kueue's admission, is always written at once.
+    :param api_failure_tolerance: how long the wait rides out an API server it cannot reach (refused,
+        reset, timed out, 429, 5xx) in either mode (default 15 minutes: a control-plane upgrade). Past
+        it the task fails as "lost contact", and the job, last seen healthy, is not deleted.
     """
 
     poll_interval: timedelta | float = 10.0
     startup_timeout: timedelta | float | None = timedelta(hours=1)
     queue_timeout: timedelta | float | None = None
     progress_interval: timedelta | float = DEFAULT_PROGRESS_INTERVAL_SECONDS
+    api_failure_tolerance: timedelta | float = DEFAULT_API_FAILURE_TOLERANCE_SECONDS
 
     def __post_init__(self) -> None:
         positive_seconds(self.poll_interval, "wait_policy.poll_interval")
         positive_seconds(self.startup_timeout, "wait_policy.startup_timeout")
         positive_seconds(self.queue_timeout, "wait_policy.queue_timeout")
         positive_seconds(self.progress_interval, "wait_policy.progress_interval")
+        positive_seconds(self.api_failure_tolerance, "wait_policy.api_failure_tolerance")
 
     @property
     def poll_seconds(self) -> float:
@@ -212,6 +221,11 @@ class WaitPolicy:
     def progress_seconds(self) -> float:
         seconds = positive_seconds(self.progress_interval, "wait_policy.progress_interval")
         return DEFAULT_PROGRESS_INTERVAL_SECONDS if seconds is None else seconds
+
+    @property
+    def api_failure_tolerance_seconds(self) -> float:
+        seconds = positive_seconds(self.api_failure_tolerance, "wait_policy.api_failure_tolerance")
+        return DEFAULT_API_FAILURE_TOLERANCE_SECONDS if seconds is None else seconds
 
 
 @dataclass(frozen=True)

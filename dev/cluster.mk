@@ -9,7 +9,9 @@ cluster-build: ## Build the cluster's binaries that are not cached yet
 	@bash $(DISTTRAIN_CLUSTER_DIR)/build.sh
 
 cluster-up: ## Start the local test cluster (builds if needed); idempotent
+	@$(STEP) begin cluster
 	@bash $(DISTTRAIN_CLUSTER_DIR)/up.sh
+	@$(STEP) end cluster
 
 cluster-down: ## Stop the processes started by cluster-up
 	@bash $(DISTTRAIN_CLUSTER_DIR)/down.sh

@@ -5,9 +5,10 @@ A training task whose worker process is SIGKILLed (OOM killer, node lost, ``kill
 Platform teams schedule this DAG once per namespace the provider's tasks submit to. Each run lists the
 jobs carrying the provider's task-instance labels, asks Airflow for those task instances' states, and
 deletes the unfinished jobs whose task instance has ended (success, failed, skipped, upstream_failed,
-removed) for longer than the grace period. Jobs of running, deferred or retrying tasks, finished jobs
-and jobs no task instance of this Airflow matches are never touched. The task's log and its XCom
-(``deleted``, ``marked``, ``unmarked``, ``kept``) say what happened to each job and why.
+removed) for longer than the grace period. Jobs of running, deferred or retrying tasks, jobs submitted
+with ``wait_for_completion=False``, finished jobs and jobs no task instance of this Airflow matches are
+never touched. The task's log and its XCom (``deleted``, ``marked``, ``unmarked``, ``errors``) say what
+happened to each job it changed and why; ``kept`` counts the other jobs by reason.
 
 Trigger it by hand with ``report_only`` to see what a run would delete, or with a grace period of 0
 to delete right away. The service account of ``kubernetes_default`` needs ``list``, ``patch`` and

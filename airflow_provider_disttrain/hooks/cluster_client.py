@@ -12,10 +12,12 @@ once the last request leased on it has ended, so a rebuild never cuts another wa
 
 Building runs an exec plugin, which can fail (a throttled STS call) or hang. So a build is one shared
 background task, bounded by ``build_timeout``, that no request waits for while the current client still
-works: a periodic rebuild that fails keeps the current client and tries again ``BUILD_RETRY_SECONDS``
-later, logging why. Only a request that has no working client (the first one, or after a 401) waits
-for the build, and gets ``CredentialsUnavailable`` - a ``ConnectionError``, so transient - if the
-plugin fails or does not answer in time.
+works; the plugin runs as this provider's own child with the same bound (``exec_plugin``), and a run
+given up on is killed by its own PID, never another process of the triggerer. A periodic rebuild that
+fails keeps the current client and tries again ``BUILD_RETRY_SECONDS`` later, logging why. Only a
+request that has no working client (the first one, or after a 401) waits for the build, and gets
+``CredentialsUnavailable`` - a ``ConnectionError``, so transient - if the plugin fails or does not
+answer in time.
 """
 
 from __future__ import annotations
@@ -74,28 +76,6 @@ def _is_plugin_failure(error: BaseException) -> bool:
 
     text = str(error)
     return isinstance(error, ConfigException) and text.startswith(("exec: process returned", "exec: failed to decode"))
-
-
-def _child_processes() -> set[int]:
-    import psutil  # type: ignore[import-untyped]  # Airflow's own dependency
-
-    return {child.pid for child in psutil.Process().children()}
-
-
-def _kill_children_since(before: set[int]) -> None:
-    """Kill the processes started since ``before`` that still run: the exec plugin that did not answer.
-
-    kubernetes_asyncio's ``ExecProvider`` keeps the plugin's process to itself, and cancelling the build
-    leaves it running (asyncio's child watcher holds on to it): without this, a plugin that hangs (an
-    interactive login) would leave one more process behind at every retry. Builds are the only thing
-    in the triggerer that start processes; a concurrent build whose plugin is caught here fails once.
-    """
-    import psutil  # type: ignore[import-untyped]
-
-    for child in psutil.Process().children():
-        if child.pid not in before:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
 
 
 class _Generation:
@@ -238,22 +218,22 @@ class ClusterClient:
         )
 
     async def _build(self) -> _Generation:
+        from airflow_provider_disttrain.hooks.exec_plugin import owned_exec_plugins
+
         stack = contextlib.AsyncExitStack()
-        children_before = _child_processes()
         try:
-            api = await asyncio.wait_for(
-                stack.enter_async_context(self.connection.async_hook().get_conn()), self.build_timeout
-            )
+            # A plugin run that times out, or is cancelled with the build (the cluster's last watch
+            # ended), is killed by its own PID: kubernetes_asyncio's provider would leave it running.
+            with owned_exec_plugins(self.build_timeout):
+                api = await asyncio.wait_for(
+                    stack.enter_async_context(self.connection.async_hook().get_conn()), self.build_timeout
+                )
         except (TimeoutError, asyncio.TimeoutError):
             await stack.aclose()
-            _kill_children_since(children_before)
             raise CredentialsUnavailable(
                 f"the credentials of {self._title} did not come within {self.build_timeout:.0f}s "
                 "(the kubeconfig's exec plugin hangs?)"
             ) from None
-        except asyncio.CancelledError:  # the cluster's last watch ended: its plugin run ends too
-            _kill_children_since(children_before)
-            raise
         except BaseException as error:
             await stack.aclose()
             if _is_plugin_failure(error):

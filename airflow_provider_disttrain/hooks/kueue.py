@@ -24,7 +24,7 @@ from airflow_provider_disttrain.kueue_admission import (
     never_admitted,
     queue_problem,
 )
-from airflow_provider_disttrain.kueue_position import QueuePosition, positions
+from airflow_provider_disttrain.kueue_position import MalformedAnswer, QueuePosition, positions
 
 # 401/403: the Role lacks list on workloads.kueue.x-k8s.io; 404: Kueue's CRD is not installed.
 _UNREADABLE = (401, 403, 404)
@@ -51,6 +51,14 @@ def visibility_unavailable_warning(namespace: str, local_queue: str, error: Base
     )
 
 
+def malformed_answer_warning(namespace: str, local_queue: str, error: MalformedAnswer, refresh_seconds: float) -> str:
+    return (
+        f"Kueue's visibility API answered something that is not a PendingWorkloadsSummary for LocalQueue "
+        f"{namespace}/{local_queue} ({error}): skipped; the last positions stay and it is asked again in "
+        f"{refresh_seconds:.0f} s"
+    )
+
+
 class QueuePositionReader:
     """A worker's reads of its job's LocalQueue positions: one GET per ``refresh_seconds`` at most, and
     none after the API said it cannot answer (logged once). ``monotonic``: the clock (a test's)."""
@@ -70,6 +78,7 @@ class QueuePositionReader:
         self._fetched_at: float | None = None
         self._positions: dict[str, QueuePosition] = {}
         self.unavailable = False
+        self.malformed = False
 
     def position(self, namespace: str, local_queue: str, workload_name: str) -> QueuePosition | None:
         if self.unavailable:
@@ -78,14 +87,19 @@ class QueuePositionReader:
         if self._fetched_at is None or now - self._fetched_at >= self._refresh_seconds:
             self._fetched_at = now
             try:
-                summary = self._hook.pending_workloads(namespace, local_queue)
+                self._positions = positions(local_queue, self._hook.pending_workloads(namespace, local_queue))
+                self.malformed = False
+            except MalformedAnswer as error:  # skipped: the last positions stay, asked again next interval
+                if not self.malformed:
+                    warning = malformed_answer_warning(namespace, local_queue, error, self._refresh_seconds)
+                    self._log.warning("%s", warning)
+                self.malformed = True
             except Exception as error:
                 if api_status(error) not in VISIBILITY_UNAVAILABLE:
                     raise
                 self.unavailable = True
                 self._log.warning("%s", visibility_unavailable_warning(namespace, local_queue, error))
                 return None
-            self._positions = positions(local_queue, summary)
         return self._positions.get(workload_name)
 
 

@@ -9,14 +9,15 @@ With 1,000 jobs waiting in 10 LocalQueues that is 10 requests per interval, not 
 When the API cannot answer for good (403: the Role lacks ``get`` on ``localqueues/pendingworkloads``;
 404/503: Kueue's visibility API is not served), it says so once per LocalQueue and asks no more: the
 waits go on with Kueue's reason alone. Any other error (an outage) keeps the last answer and is
-retried at the next interval; the watch's fault model judges outages, not this courtesy.
+retried at the next interval; the watch's fault model judges outages, not this courtesy. So is an
+answer that is not a ``PendingWorkloadsSummary`` (``MalformedAnswer``): logged once until a good one
+comes, skipped, asked again next interval; the poller never dies of what it is told.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -29,9 +30,16 @@ from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.hooks.kueue import (
     POSITION_REFRESH_SECONDS,
     VISIBILITY_UNAVAILABLE,
+    malformed_answer_warning,
     visibility_unavailable_warning,
 )
-from airflow_provider_disttrain.kueue_position import QueuePosition, pending_workloads_path, positions
+from airflow_provider_disttrain.kueue_position import (
+    MalformedAnswer,
+    QueuePosition,
+    parse_summary,
+    pending_workloads_path,
+    positions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,8 @@ class LocalQueuePositions:
     on_idle: Callable[[LocalQueuePositions], None] | None = None
     requests: int = 0
     unavailable: bool = False
+    malformed: bool = False
+    """The last answer was malformed (said once until a good answer comes)."""
     _positions: dict[str, QueuePosition] = field(default_factory=dict)
     _followers: dict[asyncio.Event, str] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
@@ -78,9 +88,15 @@ class LocalQueuePositions:
         while self._followers:
             self.requests += 1
             try:
-                summary = await self.fetch()
+                fresh = positions(self.local_queue, await self.fetch())
             except asyncio.CancelledError:
                 raise
+            except MalformedAnswer as error:
+                if not self.malformed:
+                    log.warning(
+                        "%s", malformed_answer_warning(self.namespace, self.local_queue, error, self.refresh_seconds)
+                    )
+                self.malformed = True
             except Exception as error:
                 if api_status(error) in VISIBILITY_UNAVAILABLE:
                     self.unavailable = True
@@ -89,7 +105,8 @@ class LocalQueuePositions:
                     return
                 log.debug("Queue positions of %s/%s not read this time: %r", self.namespace, self.local_queue, error)
             else:
-                self._update(positions(self.local_queue, summary))
+                self.malformed = False
+                self._update(fresh)
             await self.clock.sleep(self.refresh_seconds)
 
     def _update(self, fresh: dict[str, QueuePosition]) -> None:
@@ -145,7 +162,7 @@ def cluster_fetch(cluster: Any, namespace: str, local_queue: str) -> Fetch:
                 _preload_content=False,  # parsed here: client versions name the response type differently
             )
             try:
-                return dict(json.loads(await response.read()))
+                return parse_summary(await response.read())
             finally:
                 response.release()
 

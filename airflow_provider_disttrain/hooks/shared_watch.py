@@ -23,7 +23,10 @@ stream's JSON lines is all it takes.
 
 A watch can also follow objects that are not jobs and are keyed by a label rather than their name:
 the trigger follows the Kueue Workloads of queued jobs through one watch per namespace, selected by
-and indexed on Kueue's ``job-uid`` label (``index_label``), since Kueue names a Workload itself.
+and indexed on Kueue's ``job-uid`` label (``index_label``), since Kueue names a Workload itself. One
+label value may have several objects at once (Kueue replaces a job's Workload and deletes the old one,
+before or after): they are kept by their own uid, and a subscriber sees the one that stands
+(``kueue.standing_workload``), so a predecessor's deletion does not hide its successor.
 
 The watch starts with its first subscriber and stops ``LINGER_SECONDS`` after its last one leaves;
 its cluster's client closes with the cluster's last watch.
@@ -50,6 +53,7 @@ from airflow_provider_disttrain.hooks.async_training_job import raise_for_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.faults import Action, Fault, classify, error_class
 from airflow_provider_disttrain.kinds import ApiResource, JobKind
+from airflow_provider_disttrain.kueue import standing_workload
 
 LINGER_SECONDS = 5.0
 """How long a watch outlives its last subscriber: a trigger moved or retried soon finds it warm."""
@@ -194,6 +198,8 @@ class SharedWatch:
         self.cluster = cluster
         self._on_idle = on_idle
         self._jobs: dict[str, CachedJob] = {}
+        # With ``index_label``: each label value's objects by their own uid (what ``_jobs`` is chosen from).
+        self._members: dict[str, dict[str, CachedJob]] = {}
         self._subscribers: dict[str, set[Subscription]] = {}
         self._resource_version: str | None = None
         self.synced = False
@@ -225,6 +231,7 @@ class SharedWatch:
             # namespace's history of finished jobs.
             self._subscribers.pop(subscription.name, None)
             self._jobs.pop(subscription.name, None)
+            self._members.pop(subscription.name, None)
         if not self._subscribers and self._idle_timer is None:
             self._idle_timer = asyncio.get_running_loop().call_later(LINGER_SECONDS, self._stop_if_idle)
 
@@ -237,6 +244,19 @@ class SharedWatch:
         if self.key.index_label:
             return str((metadata.get("labels") or {}).get(self.key.index_label))
         return str(metadata.get("name"))
+
+    def _indexed(self, name: str, entry: CachedJob) -> CachedJob:
+        """What the subscribers of label value ``name`` see after ``entry``, kept by its own uid: the
+        object that stands among the value's live ones, else ``entry`` itself (a tombstone, or one being
+        deleted). Deleted objects leave the members, so they stay as few as the objects that exist."""
+        members = self._members.setdefault(name, {})
+        uid = str(entry.job["metadata"].get("uid"))
+        if entry.deleted:
+            members.pop(uid, None)
+        else:
+            members[uid] = entry
+        standing = standing_workload(member.job for member in members.values())
+        return next((member for member in members.values() if member.job is standing), entry)
 
     def _stop_if_idle(self) -> None:
         self._idle_timer = None
@@ -402,7 +422,13 @@ class SharedWatch:
             if not token:
                 break
         self._accepted()
-        jobs = {self._name_of(item): CachedJob(item) for item in items}
+        if self.key.index_label:
+            self._members = {}
+            jobs = {}
+            for item in items:
+                jobs[self._name_of(item)] = self._indexed(self._name_of(item), CachedJob(item))
+        else:
+            jobs = {self._name_of(item): CachedJob(item) for item in items}
         for name, entry in self._jobs.items():
             if name not in jobs and name in self._subscribers:
                 # Gone while we were not watching: its subscribers learn it from a tombstone.
@@ -466,7 +492,8 @@ class SharedWatch:
         name = self._name_of(obj)
         if name not in self._subscribers:
             return  # nobody waits for it (a trigger that comes for it later reads it once)
-        self._jobs[name] = CachedJob(trimmed(obj), deleted=event_type == "DELETED")
+        entry = CachedJob(trimmed(obj), deleted=event_type == "DELETED")
+        self._jobs[name] = self._indexed(name, entry) if self.key.index_label else entry
         self._notify(name)
 
     async def read(self, name: str) -> dict[str, Any] | None:

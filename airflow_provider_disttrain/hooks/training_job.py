@@ -7,9 +7,8 @@ makes. It returns plain dicts (what the API server sent), so the pure modules ca
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Any
 
@@ -33,7 +32,7 @@ from airflow_provider_disttrain.hooks.api_errors import (
 from airflow_provider_disttrain.hooks.rejections import field_error
 from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, ApiResource, JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, workload_of
-from airflow_provider_disttrain.kueue_position import pending_workloads_path
+from airflow_provider_disttrain.kueue_position import parse_summary, pending_workloads_path
 from airflow_provider_disttrain.naming import label_selector
 from airflow_provider_disttrain.outcome import JobRef
 
@@ -45,6 +44,8 @@ LOG_TAIL_LINES = 30
 _POD_LOG_ACCEPTS = ["text/plain", "application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]
 # Pods whose Warning events are read (one request each): the troubled ones, and those not running yet.
 MAX_EVENT_PODS = 10
+LIST_PAGE_SIZE = 500
+"""Objects per page of a paged LIST (``job_pages``), as the triggerer's shared watch lists."""
 
 
 class TrainingJobHook(KubernetesHook):
@@ -116,6 +117,37 @@ class TrainingJobHook(KubernetesHook):
         items = listing.get("items", [])
         return sorted(items, key=lambda job: job.get("metadata", {}).get("creationTimestamp") or "")
 
+    def job_pages(
+        self, kind: str | JobKind, namespace: str, selector: str, page_size: int | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """The jobs ``selector`` (a label selector) selects, one page (``limit``) at a time, as client-go's
+        pager lists: a namespace's history of finished jobs can be thousands, which one answer would hold
+        in memory at once. The pages are of one snapshot (the continue token pins its resourceVersion);
+        a token that expired meanwhile (410 Gone, after minutes) is raised, for the caller to list again."""
+        kind = get_job_kind(kind)
+        token: str | None = None
+        while True:
+            page = self._list_page(kind, namespace, selector, page_size or LIST_PAGE_SIZE, token)
+            yield list(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    @retry_transient()
+    def _list_page(
+        self, kind: JobKind, namespace: str, selector: str, page_size: int, token: str | None
+    ) -> dict[str, Any]:
+        try:
+            return self._custom.list_namespaced_custom_object(  # type: ignore[no-any-return]
+                **kind.resource.namespaced_path(namespace),
+                label_selector=selector,
+                limit=page_size,
+                _continue=token,  # None: the first page (the client sends no parameter)
+            )
+        except Exception as error:
+            raise_for_access(error, f"list {kind.resource.plural} in {namespace}")
+            raise
+
     @retry_transient()
     def find_workload(self, namespace: str, job_uid: str) -> dict[str, Any] | None:
         """The Kueue Workload of the job of ``job_uid`` (Kueue names it itself: found by its job-uid label)."""
@@ -142,7 +174,7 @@ class TrainingJobHook(KubernetesHook):
             _return_http_data_only=True,
             _preload_content=False,  # parsed here: the clients' versions name the response type differently
         )
-        return dict(json.loads(response.data))
+        return parse_summary(response.data)
 
     @retry_transient()
     def get_kueue_queue(self, resource: ApiResource, name: str, namespace: str | None = None) -> dict[str, Any] | None:

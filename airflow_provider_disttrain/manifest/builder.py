@@ -274,12 +274,20 @@ def build_manifest(
     return manifest
 
 
-def set_identity(manifest: Mapping[str, Any], name: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
-    """A copy of ``manifest`` with its name, namespace and the task-instance labels set."""
+def set_identity(
+    manifest: Mapping[str, Any],
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A copy of ``manifest`` with its name, namespace and the task-instance labels (and annotations) set."""
     result = copy.deepcopy(dict(manifest))
     metadata = result.setdefault("metadata", {})
     metadata["name"] = name
     metadata["namespace"] = namespace
     metadata.pop("generateName", None)
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
+    if annotations:
+        metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
     return result

@@ -1,8 +1,8 @@
 """Turning what a DAG author passed as ``job_manifest`` into a dict.
 
-The operators render a ``.yaml``/``.yml``/``.json`` path as a Jinja template file before ``execute``
-runs (``manifest_template``), so by then the value is usually YAML text; a path that still exists on
-disk (the operator run outside a DAG run) is read here too.
+The operators render a ``.yaml``/``.yml``/``.json`` path (itself rendered first: ``{{ params.manifest }}``)
+as a Jinja template file before ``execute`` runs (``manifest_template``), so by then the value is usually
+YAML text; a path that still exists on disk (the operator run outside a DAG run) is read here too.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def is_manifest_path(source: object) -> bool:
     return isinstance(source, str) and source.strip().endswith(MANIFEST_EXTENSIONS) and "\n" not in source.strip()
 
 
-def manifest_template(env: jinja2.Environment, path: str, field: str = "job_manifest") -> jinja2.Template:
-    """The manifest file at ``path`` as a Jinja template of ``env``.
+def manifest_template(env: jinja2.Environment, path: str, field: str = "job_manifest") -> tuple[jinja2.Template, str]:
+    """The manifest file at ``path`` as a Jinja template of ``env``, and its text.
 
     A relative path is looked up by the environment's loader (the DAG folder and ``template_searchpath``);
     an absolute one is read directly, which Jinja's search-path loader cannot do.
@@ -47,7 +47,8 @@ def manifest_template(env: jinja2.Environment, path: str, field: str = "job_mani
         if not Path(path).is_file():
             raise InvalidJobSpecError(field, f"manifest file {path!r} does not exist")
         _refuse_outside(path, roots, field)
-        return env.from_string(Path(path).read_text())
+        text = Path(path).read_text()
+        return env.from_string(text), text
     try:
         template = env.get_template(path)
     except jinja2.TemplateNotFound as error:
@@ -56,17 +57,15 @@ def manifest_template(env: jinja2.Environment, path: str, field: str = "job_mani
         ) from error
     if template.filename:  # a symlink in the DAG folder may point anywhere
         _refuse_outside(template.filename, roots, field)
-    return template
+    assert env.loader is not None  # get_template found the file through it
+    # The text as the loader read it (the template keeps only its compiled code), for what rendering changed.
+    return template, env.loader.get_source(env, path)[0]
 
 
 def _refuse_templated_path(path: str, field: str) -> None:
-    """A file is looked up before anything is rendered: Jinja in its name would never be found."""
+    """The path is rendered once, before the file is read: Jinja left in it came from a rendered value."""
     if "{{" in path or "{%" in path:
-        raise InvalidJobSpecError(
-            field,
-            f"the manifest file name {path!r} contains Jinja, but the file is looked up before rendering: "
-            "name the file literally and template its content",
-        )
+        raise InvalidJobSpecError(field, f"the manifest file name {path!r} still contains Jinja once rendered")
 
 
 def template_search_roots(loader: Any) -> list[Path]:

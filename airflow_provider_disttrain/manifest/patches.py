@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.manifest.pod_validation import MAX_REPLICAS
 
 
 def _worker_key(kind: JobKind, job: Mapping[str, Any]) -> str:
@@ -53,6 +54,8 @@ def scale_patch(kind: JobKind, job: Mapping[str, Any], replicas: int) -> dict[st
     field = ".".join(path)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise InvalidJobSpecError(field, f"replicas must be an integer >= 1, got {replicas!r}")
+    if replicas > MAX_REPLICAS:
+        raise InvalidJobSpecError(field, f"replicas must be at most {MAX_REPLICAS}, got {replicas}")
     if not kind.scalable_while_suspended:
         # Trainer v2.3's CRD: spec.trainer carries XValidation "self == oldSelf" (immutable), and v2.2
         # removed the elastic policy; the API server would refuse the patch.

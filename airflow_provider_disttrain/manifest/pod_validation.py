@@ -29,6 +29,15 @@ if TYPE_CHECKING:
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 
+# Bounds the API server does not set, against a typo or an unrendered expression becoming a job that
+# asks the cluster for 10**9 pods or GPUs (each replica is a pod and a Service the Kubeflow operator
+# creates at once). Kubernetes' tested limit is 5,000 nodes per cluster, so a job of more than 10,000
+# replicas cannot be running as meant; the largest GPU nodes carry 8 to 16 devices (time-sliced GPUs
+# advertise a few times more), so 64 per pod leaves room for every real node.
+MAX_REPLICAS = 10_000
+MAX_GPUS_PER_REPLICA = 64
+GPU_SUFFIX = "/gpu"
+
 
 def _named(items: Any, field: str) -> list[Mapping[str, Any]]:
     if items is None:
@@ -42,6 +51,13 @@ def validate_resources(resources: Any, field: str) -> None:
     """Container ``resources``: names, quantities, requests against limits (GPUs: request == limit)."""
     for sub_field, problem in resource_requirements_problems(resources):
         raise InvalidJobSpecError(f"{field}.{sub_field}" if sub_field else field, problem)
+    for section in ("limits", "requests"):
+        for name, value in (resources.get(section) or {}).items():
+            amount = parse_quantity(value)
+            if str(name).endswith(GPU_SUFFIX) and amount is not None and amount > MAX_GPUS_PER_REPLICA:
+                raise InvalidJobSpecError(
+                    f"{field}.{section}.{name}", f"{value} is more than {MAX_GPUS_PER_REPLICA} GPUs for one pod"
+                )
 
 
 def validate_resources_parameter(kind: JobKind, resources: Any, field: str = "resources") -> None:
@@ -82,6 +98,14 @@ def validate_env(env: Any, field: str) -> None:
         if name in seen:
             raise InvalidJobSpecError(f"{field}[{index}].name", f"{name!r} is set twice")
         seen.add(name)
+        if "value" in entry and entry["value"] is not None and not isinstance(entry["value"], str):
+            raise InvalidJobSpecError(f"{field}[{index}].value", _not_a_string(entry["value"]))
+
+
+def _not_a_string(value: object) -> str:
+    # The value is not echoed: an environment is where secrets are. str() would send 'True' for a
+    # YAML true and '1e-05' for 0.00001, which the program reads back as something else.
+    return f"must be a string, got a {type(value).__name__}: quote it (an environment holds only strings)"
 
 
 ENV_FORMS = "a mapping {NAME: value}, a list of 'NAME=value' strings, or a list of Kubernetes EnvVar mappings"
@@ -98,7 +122,9 @@ def env_entries(env: Any, field: str = "env") -> list[dict[str, Any]]:
         for name, value in env.items():
             if value is None:  # str(None) would set the variable to the word "None"
                 raise InvalidJobSpecError(f"{field}.{name}", "is None; write '' for an empty variable")
-            named.append((f"{field}.{name}", {"name": str(name), "value": str(value)}))
+            if not isinstance(value, str):
+                raise InvalidJobSpecError(f"{field}.{name}", _not_a_string(value))
+            named.append((f"{field}.{name}", {"name": str(name), "value": value}))
     elif isinstance(env, (list, tuple)):
         named = []
         for index, item in enumerate(env):
@@ -112,6 +138,8 @@ def env_entries(env: Any, field: str = "env") -> list[dict[str, Any]]:
                     )
                 named.append((f"{field}[{index}]", {"name": name, "value": value}))
             elif isinstance(item, Mapping):
+                if item.get("value") is not None and not isinstance(item["value"], str):
+                    raise InvalidJobSpecError(f"{field}[{index}].value", _not_a_string(item["value"]))
                 named.append((f"{field}[{index}]", dict(item)))
             else:
                 # The value is not echoed: an environment is where secrets are.

@@ -17,7 +17,7 @@ from typing import Any
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS
 from airflow_provider_disttrain.manifest.kube_rules import is_dns1123_subdomain
-from airflow_provider_disttrain.manifest.pod_validation import validate_env, validate_resources
+from airflow_provider_disttrain.manifest.pod_validation import MAX_REPLICAS, validate_env, validate_resources
 from airflow_provider_disttrain.manifest.train_job import INITIALIZER_STEPS, TRAIN_JOB, TRAINER_STEP
 from airflow_provider_disttrain.manifest.validation import (
     _get,
@@ -84,7 +84,7 @@ def _validate_trainer(spec: Mapping[str, Any]) -> None:
     validate_env(trainer.get("env"), "spec.trainer.env")
     for key in ("numNodes", "numProcPerNode"):
         if trainer.get(key) is not None:
-            _require_int(trainer[key], f"spec.trainer.{key}", 1)
+            _require_int(trainer[key], f"spec.trainer.{key}", 1, MAX_REPLICAS)
     if trainer.get("resourcesPerNode") is not None:
         validate_resources(trainer["resourcesPerNode"], "spec.trainer.resourcesPerNode")
 

@@ -15,7 +15,12 @@ from typing import Any
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JOB_KINDS, JobKind
 from airflow_provider_disttrain.manifest.kube_rules import is_dns1035_label, namespace_problem
-from airflow_provider_disttrain.manifest.pod_validation import validate_annotations, validate_labels, validate_pod_spec
+from airflow_provider_disttrain.manifest.pod_validation import (
+    MAX_REPLICAS,
+    validate_annotations,
+    validate_labels,
+    validate_pod_spec,
+)
 from airflow_provider_disttrain.naming import MAX_NAME_LENGTH
 
 _CLEAN_POD_POLICIES = frozenset({"All", "Running", "None"})
@@ -37,11 +42,13 @@ def _require_mapping(value: Any, field: str) -> Mapping[str, Any]:
     return value
 
 
-def _require_int(value: Any, field: str, minimum: int) -> int:
+def _require_int(value: Any, field: str, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidJobSpecError(field, f"must be an integer, got {value!r}")
     if value < minimum:
         raise InvalidJobSpecError(field, f"must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidJobSpecError(field, f"must be at most {maximum}, got {value}")
     return value
 
 
@@ -155,7 +162,7 @@ def _validate_replicas(kind: JobKind, manifest: Mapping[str, Any]) -> None:
                 "reads replica types case-insensitively and would keep only one of the two",
             )
         replica = _require_mapping(replica, replica_field)
-        replicas = _require_int(replica.get("replicas", 1), f"{replica_field}.replicas", 0)
+        replicas = _require_int(replica.get("replicas", 1), f"{replica_field}.replicas", 0, MAX_REPLICAS)
         if canonical in leaders and replicas != 1:
             raise InvalidJobSpecError(f"{replica_field}.replicas", f"must be 1, got {replicas}")
         if canonical == kind.worker_replica and replicas < 1:
@@ -216,7 +223,7 @@ def _validate_spec_fields(kind: JobKind, manifest: Mapping[str, Any]) -> None:
         if low is not None:
             _require_int(low, "spec.elasticPolicy.minReplicas", 1)
         if high is not None:
-            _require_int(high, "spec.elasticPolicy.maxReplicas", 1)
+            _require_int(high, "spec.elasticPolicy.maxReplicas", 1, MAX_REPLICAS)
         if low is not None and high is not None and low > high:
             raise InvalidJobSpecError("spec.elasticPolicy.minReplicas", f"{low} is greater than maxReplicas {high}")
         workers = _get(spec, f"{kind.replica_specs_key}.{kind.worker_replica}.replicas")

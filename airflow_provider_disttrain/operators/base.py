@@ -29,6 +29,7 @@ from airflow_provider_disttrain.logs import LEADER, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, manifest_template
 from airflow_provider_disttrain.manifest.pod_validation import env_values_by_name
+from airflow_provider_disttrain.manifest.templating import check_rendered_manifest, has_jinja
 from airflow_provider_disttrain.manifest.validation import (
     max_job_name_length,
     validate_log_replicas_exist,
@@ -36,7 +37,7 @@ from airflow_provider_disttrain.manifest.validation import (
     validate_namespace,
     validate_namespace_agrees,
 )
-from airflow_provider_disttrain.naming import generate_job_name, task_instance_labels
+from airflow_provider_disttrain.naming import generate_job_name, task_instance_annotations, task_instance_labels
 from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
 from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for
@@ -187,11 +188,12 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         jinja_env: jinja2.Environment,
         seen_oids: set[int],
     ) -> None:
-        """Render ``job_manifest`` given as a file path (relative to the DAG folder, or absolute) as a
-        template file, and every other field as a plain template (Airflow's ``template_ext`` would read
-        any field ending in the suffix as a file). Mapped tasks render through here too."""
-        if parent is self and "job_manifest" in template_fields and is_manifest_path(self.job_manifest):
-            self.job_manifest = self._render(manifest_template(jinja_env, str(self.job_manifest)), context)
+        """Render ``job_manifest`` given as a file path (relative to the DAG folder, or absolute; the path
+        itself may be a template) as a template file, and every other field as a plain template (Airflow's
+        ``template_ext`` would read any field ending in the suffix as a file). Mapped tasks render through
+        here too."""
+        if parent is self and "job_manifest" in template_fields and isinstance(self.job_manifest, str):
+            self.job_manifest = self._render_manifest_text(self.job_manifest, context, jinja_env)
             template_fields = [field for field in template_fields if field != "job_manifest"]
         super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
         if parent is self and self.env:
@@ -200,6 +202,21 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             # Airflow masks a rendered mapping's values by their keys only: give it the names of every form.
             values: dict[str, Any] = env_values_by_name(self.env)
             mask_secret(values)
+
+    def _render_manifest_text(self, value: str, context: Context, jinja_env: jinja2.Environment) -> Any:
+        """``job_manifest`` given as text, rendered. A one-line template is rendered first and read as the
+        path of a template file if it names one (``{{ params.manifest }}``); the file, or the inline YAML,
+        is rendered once (Jinja in a rendered value stays text), and must not gain privileges from what it
+        rendered (``templating.refuse_rendered_privileges``)."""
+        path: Any = value
+        if "\n" not in value.strip() and has_jinja(value, jinja_env):
+            path = self.render_template(value, context, jinja_env)
+            if not is_manifest_path(path):  # one line of YAML or JSON text, rendered
+                return check_rendered_manifest(value, path, jinja_env)
+        if not is_manifest_path(path):  # inline YAML
+            return check_rendered_manifest(value, self.render_template(value, context, jinja_env), jinja_env)
+        template, text = manifest_template(jinja_env, str(path))
+        return check_rendered_manifest(text, self._render(template, context), jinja_env)
 
     @property
     def job_kind(self) -> JobKind:
@@ -253,7 +270,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         if self.local_queue is not None:
             # On the job itself, for every kind: Kueue reads the label there (not on the pods).
             labels[QUEUE_NAME_LABEL] = self.local_queue
-        manifest = set_identity(manifest, name, namespace, labels)
+        # The full ids and whether this task waits for the job, for the orphan cleanup (orphans.owner_of, judge).
+        annotations = task_instance_annotations(ti.dag_id, ti.task_id, wait_for_completion=self.wait_for_completion)
+        manifest = set_identity(manifest, name, namespace, labels, annotations)
         if (queue := queue_name(manifest)) is not None:
             validate_queue_name(queue, "local_queue" if self.local_queue else f"metadata.labels[{QUEUE_NAME_LABEL}]")
         self.validate_job_manifest(manifest)
@@ -264,8 +283,14 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
     # -- execute ------------------------------------------------------------------------------------
 
     def identity(self, context: Context) -> JobIdentity:
+        ti = context["ti"]
         return JobIdentity(
-            self.hook, self.kind, instance_key_of(context["ti"]), context.get("task_state_store"), self.log
+            self.hook,
+            self.kind,
+            instance_key_of(ti),
+            context.get("task_state_store"),
+            self.log,
+            try_number=ti.try_number,
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -411,6 +436,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             ref,
             deadlines,
             poll_interval=self.wait_policy.poll_seconds,
+            api_failure_tolerance=self.wait_policy.api_failure_tolerance_seconds,
             log_replicas=self.log_replicas,
             log=self.log,
             clock=self.wall_clock,

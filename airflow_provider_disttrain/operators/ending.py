@@ -5,7 +5,8 @@ the trigger streamed), read the leader's metrics into a success's result and sav
 delete the job as the ``CleanupPolicy`` says, and otherwise fail the task with an explanation of
 what happened to the job (``hook.diagnose_outcome``: pods, container logs, events) and an error whose
 type says whose failure it was (``failure_class``: the training's or the infrastructure's). A timeout is
-settled with a fresh look first: a job that finished meanwhile ends the task as it finished.
+settled with a fresh look first: a job that finished meanwhile ends the task as it finished. A wait that
+lost contact with the API server (``outcome.LOST_CONTACT``) ends the task without reading or deleting.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.exceptions import (
     JobFailedError,
     JobInadmissibleError,
     JobTimeoutError,
+    LostContactError,
     TrainingJobError,
     classed_error,
 )
+from airflow_provider_disttrain.failure_class import FailureCause, FailureClass
 from airflow_provider_disttrain.identity import JobIdentity
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.kueue import held_by_kueue, queue_name
@@ -32,7 +35,7 @@ from airflow_provider_disttrain.kueue_history import describe_record, kueue_reco
 from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.logs import LogForwarder
 from airflow_provider_disttrain.metrics import combined_metrics, leader_metrics
-from airflow_provider_disttrain.outcome import JobRef, settle_timeout
+from airflow_provider_disttrain.outcome import JobRef, same_job, settle_timeout
 from airflow_provider_disttrain.parameters import CleanupPolicy
 from airflow_provider_disttrain.status import job_state
 
@@ -41,6 +44,23 @@ if TYPE_CHECKING:
 
 
 FAILURE_XCOM_KEY = "failure"
+_T = TypeVar("_T")
+
+
+def masked(value: _T) -> _T:
+    """``value`` with the secrets the task log hides replaced by ``***``.
+
+    The failure's evidence quotes a container's exception line, which can hold a token the training
+    printed; the task log masks it, and an XCom (shown in the UI, read by any downstream task) must too.
+    The task SDK's masker is the one its log processor (``airflow.sdk.log.mask_logs``) redacts with and
+    ``mask_secret`` fills (the connections and variables the task read, the job's sensitive env values).
+    """
+    try:
+        from airflow.sdk._shared.secrets_masker import redact
+    except ImportError:  # a task SDK before the masker moved (the openlineage provider falls back alike)
+        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
+
+    return redact(value)  # type: ignore[return-value]
 
 
 def publish_failure(failure: dict[str, Any], log: logging.Logger | Any) -> None:
@@ -71,14 +91,24 @@ class JobEnding:
     def finish(self, outcome: dict[str, Any], *, logs_forwarded: bool) -> dict[str, Any]:
         """The task's result for a success; for anything else the error to fail the task with."""
         hook, ref = self.hook, self.ref
-        job = hook.get_job(ref.kind, ref.name, ref.namespace) if outcome["status"] != outcomes.SUCCESS else None
+        if outcome["status"] == outcomes.LOST_CONTACT:
+            raise self._lost_contact(outcome["message"])
+        job, other_uid = self._read_own_job() if outcome["status"] != outcomes.SUCCESS else (None, None)
         if (settled := settle_timeout(ref, outcome, job)) is not outcome:
             self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled["message"])
             outcome = settled
         status = outcome["status"]
         # A success lists the pods, for the leader's metrics and (deferred) its logs (one list serves both).
         pods = self._final_pods() if status == outcomes.SUCCESS else None
-        if not logs_forwarded:
+        if other_uid is not None:
+            self.log.warning(
+                "%s now names another job (uid %s, this task's was %s): this task's job is gone; the other's "
+                "logs are not copied",
+                ref.title,
+                other_uid,
+                ref.uid,
+            )
+        elif not logs_forwarded:
             forwarder = LogForwarder(hook, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
             if self.stream_logs:
                 self._resume_after_streamed_lines(forwarder)
@@ -95,25 +125,34 @@ class JobEnding:
             return result
         if status == outcomes.INADMISSIBLE:
             raise self._inadmissible(outcome["message"], job)
-        message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
+        if other_uid is None:
+            message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
+        else:  # the pods, logs and events under the name are the other job's: they explain nothing here
+            message = (
+                f"{outcome['message']}\n{ref.title} now names another job (uid {other_uid}), created since: "
+                f"this task's job (uid {ref.uid}) is gone"
+            )
+            cause = FailureCause(FailureClass.UNKNOWN, "this task's job is gone; its name holds another job")
         if job is not None and (record := self._kueue_record(job.get("metadata") or {})):
             message += f"\n{describe_record(record)}"
+        # The exception's ``failure`` reaches callbacks and lineage: masked as the XCom is.
+        failure = masked(cause.as_dict())
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
             message += f"\n{cause.describe()}"
-            publish_failure(cause.as_dict(), self.log)
+            publish_failure(failure, self.log)
         if status == outcomes.FAILED:
             if cleanup.deletes_after(succeeded=False):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
-            raise classed_error(JobFailedError, cause.as_dict(), message)
+            raise classed_error(JobFailedError, failure, message)
         if status == outcomes.TIMEOUT:
+            # (The uid precondition fails, False, when the name holds another job now: not said deleted.)
             if job is not None and held_by_kueue(job):
                 # Left in the queue, it would take quota later for a task that has failed.
-                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
-                message += f"\n{ref.title} was deleted: it was still queued by Kueue."
-            elif cleanup.on_timeout:
-                hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+                if hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
+                    message += f"\n{ref.title} was deleted: it was still queued by Kueue."
+            elif cleanup.on_timeout and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
                 message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
-            raise classed_error(JobTimeoutError, cause.as_dict(), message)
+            raise classed_error(JobTimeoutError, failure, message)
         if (
             job is not None
             and not job_state(job).is_terminal
@@ -125,6 +164,25 @@ class JobEnding:
             message += f"\n{ref.title} was deleted: this was the task's last try."
         raise TrainingJobError(message)
 
+    def _lost_contact(self, message: str) -> LostContactError:
+        """Losing the API server (a control-plane upgrade, a network partition) says nothing about the job,
+        last seen unfinished: it is not deleted whatever the cleanup policy or the try, and nothing more is
+        read (the server may still be away; the logs stay on the pods)."""
+        return LostContactError(
+            f"{message}\n{self.ref.title} was NOT deleted: losing contact with the API server says nothing "
+            "about the job. A retry of this task reattaches to it; without one, delete it yourself if it "
+            "should not go on."
+        )
+
+    def _read_own_job(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The job this task waited for, read by name: ``(job, None)``, ``(None, None)`` when gone, and
+        ``(None, its uid)`` when the name holds another job (``outcome.same_job``): gone for this task."""
+        ref = self.ref
+        found = self.hook.get_job(ref.kind, ref.name, ref.namespace)
+        if found is not None and same_job(ref, found) is None:
+            return None, str((found.get("metadata") or {}).get("uid"))
+        return found, None
+
     def _inadmissible(self, message: str, job: Mapping[str, Any] | None) -> JobInadmissibleError:
         """Kueue can never admit the job: it is deleted whatever the cleanup policy (it never ran, and left
         in the queue it would take the quota later for a task that has failed)."""
@@ -133,9 +191,22 @@ class JobEnding:
             message += f"\n{ref.title} was deleted: Kueue can never admit it as its queues stand."
         return JobInadmissibleError(message)
 
+    def _fresh_job(self) -> dict[str, Any] | None:
+        """A fresh look at the job, None when it is gone or its name now holds another job (another uid
+        than the one this task instance submitted or took over: it neither settles a timeout nor is
+        explained, kept or deleted as this task's job)."""
+        ref = self.ref
+        job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
+        if job is not None and ref.uid is not None and (job.get("metadata") or {}).get("uid") != ref.uid:
+            self.log.warning(
+                "%s is another job now (uid %s, not %s): left alone", ref.title, job["metadata"].get("uid"), ref.uid
+            )
+            return None
+        return job
+
     def _resume_after_streamed_lines(self, forwarder: LogForwarder) -> None:
         """Copy only what the trigger did not stream: it left its position on the job (``live_logs``)."""
-        job = self.hook.get_job(self.ref.kind, self.ref.name, self.ref.namespace)
+        job = self._fresh_job()
         annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
         if (position := decode_position(annotations.get(LOG_POSITION_ANNOTATION))) is not None:
             forwarder.resume_from(*position)

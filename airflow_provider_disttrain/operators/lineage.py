@@ -86,8 +86,11 @@ class LineageMixin:
         )
 
     def record_failure(self, error: BaseException) -> None:
-        # A failed or timed-out job's error carries its failure class (failure_class.py), when known.
-        self._lineage_failure = (failure_reason(error), str(error), getattr(error, "failure", None))
+        # A failed or timed-out job's error carries its failure class (failure_class.py), when known (masked
+        # already). The explanation quotes logs and events: masked as the task log masks them.
+        from airflow_provider_disttrain.operators.ending import masked
+
+        self._lineage_failure = (failure_reason(error), masked(str(error)), getattr(error, "failure", None))
 
 
 class TrainingJobLineageMixin(LineageMixin):

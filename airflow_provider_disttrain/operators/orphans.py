@@ -11,6 +11,7 @@ a job whose task instance is running, deferred or may still retry. Which job get
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -18,15 +19,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_disttrain.connection import ClusterConnectionMixin
-from airflow_provider_disttrain.hooks.api_errors import api_status
+from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, means_job_absent
 from airflow_provider_disttrain.kinds import JOB_KINDS, get_job_kind
 from airflow_provider_disttrain.manifest.validation import validate_namespace
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.orphans import (
+    KEPT_FINISHED,
     ORPHANED_SINCE_ANNOTATION,
     Action,
     Verdict,
     find_task_instance,
     judge,
+    needs_judging,
     owner_of,
 )
 
@@ -34,8 +38,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 DEFAULT_GRACE_PERIOD = timedelta(minutes=30)
-# The keys of the returned report, one list of jobs per action.
-REPORT_KEYS = {Action.DELETE: "deleted", Action.MARK: "marked", Action.UNMARK: "unmarked", Action.KEEP: "kept"}
+# The keys of the returned report, one list of jobs per action that changes a job (kept jobs are counted).
+REPORT_KEYS = {Action.DELETE: "deleted", Action.MARK: "marked", Action.UNMARK: "unmarked"}
 TaskStates = Mapping[str, Mapping[str, "str | None"]]
 
 
@@ -70,9 +74,12 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
     it) for at least ``grace_period``. The first run that finds a job orphaned marks it (annotation
     ``disttrain.airflow.apache.org/orphaned-since``); a later run deletes it once the grace period has
     passed, unless its task instance became active again meanwhile (someone cleared it). Finished jobs
-    are left to ``delete_on_finish`` and the TTL, and jobs whose task instance this Airflow does not
-    know (another deployment's, or their DAG run deleted) are kept. Returns and logs what was done to
-    each labelled job, and why.
+    are left to ``delete_on_finish`` and the TTL, jobs submitted with ``wait_for_completion=False``
+    (their task ends once they exist; a sensor or a person waits for them) are kept, and so are jobs
+    whose task instance this Airflow does not know (another deployment's, or their DAG run deleted).
+    A job deleted or replaced between the LIST and its mark or delete (404, 409) is reported under
+    ``errors`` and the run goes on. Returns and logs each job it marked, unmarked or deleted, and why,
+    and how many jobs it kept for each reason (``kept``: counts, not jobs).
 
     :param namespace: the namespace to clean (templated; default: the connection's, else ``default``).
     :param kinds: job kinds to look at (default: every kind of the kinds table whose CRD is installed).
@@ -117,59 +124,131 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
         validate_namespace(namespace)
         task_states = _TaskStatesOnce(context["ti"].get_task_states)
         now = self.clock()
-        report: dict[str, list[dict[str, Any]]] = {key: [] for key in REPORT_KEYS.values()}
-        for kind in self.kinds:
-            for job in self._labelled_jobs(kind, namespace):
-                owner = owner_of(job)
-                assert owner is not None  # _labelled_jobs keeps only these
-                task_instance = find_task_instance(owner, task_states(owner.dag_id, owner.task_id))
-                verdict = judge(job, task_instance, now, grace_period)
-                if not report_only:
-                    self._apply(kind, namespace, job, verdict, now)
-                entry = {
-                    "kind": kind,
-                    "name": job["metadata"]["name"],
-                    "uid": job["metadata"].get("uid"),
-                    "dag_id": owner.dag_id,
-                    "task_id": owner.task_id,
-                    "map_index": owner.map_index,
-                    "run_id": task_instance[0] if task_instance else None,
-                    "task_state": task_instance[1] if task_instance else None,
-                    "reason": verdict.reason,
-                }
-                report[REPORT_KEYS[verdict.action]].append(entry)
-                would = "would " if report_only and verdict.action is not Action.KEEP else ""
-                self.log.info(
-                    "%s%s %s %s/%s: %s", would, verdict.action.value, kind, namespace, entry["name"], verdict.reason
-                )
-        self.log.info(
-            "%s%d deleted, %d marked orphaned, %d unmarked, %d kept in %s",
-            "report only: " if report_only else "",
-            *(len(jobs) for jobs in report.values()),
-            namespace,
-        )
-        return {"namespace": namespace, "report_only": report_only, **report}
-
-    def _labelled_jobs(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        report = _Report(namespace, report_only)
         try:
-            # Every job of the kind, filtered here: the hook selects on label values only, and the
-            # provider's jobs are told apart by the presence of the task-instance label.
-            jobs = self.hook.find_jobs(kind, namespace, {})
+            for kind in self.kinds:
+                for job in self._jobs_to_judge(kind, namespace, report):
+                    owner = owner_of(job)
+                    assert owner is not None  # _jobs_to_judge keeps only these
+                    task_instance = find_task_instance(owner, task_states(owner.dag_id, owner.task_id))
+                    verdict = judge(job, task_instance, now, grace_period)
+                    entry = {
+                        "kind": kind,
+                        "name": job["metadata"]["name"],
+                        "uid": job["metadata"].get("uid"),
+                        "dag_id": owner.dag_id,
+                        "task_id": owner.task_id,
+                        "map_index": owner.map_index,
+                        "run_id": task_instance[0] if task_instance else None,
+                        "task_state": task_instance[1] if task_instance else None,
+                        "reason": verdict.reason,
+                    }
+                    if verdict.action is Action.KEEP:
+                        report.keep(verdict.kept_because or verdict.reason)
+                        self.log.debug("keep %s %s/%s: %s", kind, namespace, entry["name"], verdict.reason)
+                        continue
+                    would = "would " if report_only else ""
+                    self.log.info(
+                        "%s%s %s %s/%s: %s", would, verdict.action.value, kind, namespace, entry["name"], verdict.reason
+                    )
+                    error = None if report_only else self._apply(kind, namespace, job, verdict, now)
+                    if error is None:
+                        report.changed(verdict.action, entry)
+                    else:
+                        self.log.warning("%s %s %s/%s: %s", verdict.action.value, kind, namespace, entry["name"], error)
+                        report.failed(verdict.action, entry, error)
+        finally:
+            # Also when a request failed for good: the log says what this run had done by then.
+            self.log.info("%s", report.summary())
+        return report.as_xcom()
+
+    def _jobs_to_judge(self, kind: str, namespace: str, report: _Report) -> list[dict[str, Any]]:
+        """The labelled jobs of ``kind`` that ``judge`` may do something with, listed page by page.
+
+        The finished ones without a mark are counted as kept on the way (``needs_judging``): only the
+        unfinished jobs, which the cluster's capacity bounds, are held until they are judged.
+        """
+        # Presence of the task-instance label (an "exists" selector): the API server filters out jobs
+        # the provider did not create; owner_of checks that the rest name their task instance.
+        candidates: list[dict[str, Any]] = []
+        try:
+            for page in self.hook.job_pages(kind, namespace, TASK_INSTANCE_LABEL):
+                for job in page:
+                    if owner_of(job) is None:
+                        continue
+                    if needs_judging(job):
+                        candidates.append(job)
+                    else:
+                        report.keep(KEPT_FINISHED)
         except Exception as error:
             if api_status(error) != 404:
                 raise
             self.log.info("%s is not installed in the cluster (404 on its list): skipped", kind)
             return []
-        return [job for job in jobs if owner_of(job) is not None]
+        return candidates
 
-    def _apply(self, kind: str, namespace: str, job: Mapping[str, Any], verdict: Verdict, now: datetime) -> None:
+    def _apply(self, kind: str, namespace: str, job: Mapping[str, Any], verdict: Verdict, now: datetime) -> str | None:
+        """Do what the verdict says; the reason it could not be done to this job (404, 409), else None.
+
+        A job deleted or replaced under its name since the LIST is no longer this verdict's: it is
+        reported, and the run goes on with the other jobs. Every other error is raised.
+        """
         name, uid = job["metadata"]["name"], job["metadata"].get("uid")
-        if verdict.action is Action.DELETE:
-            # The uid precondition leaves alone a job of the same name created since.
-            self.hook.delete_job(kind, name, namespace, uid=uid)
-        elif verdict.action in (Action.MARK, Action.UNMARK):
-            mark = now.isoformat() if verdict.action is Action.MARK else None  # null removes it (merge patch)
-            self.hook.patch_job(kind, name, namespace, {"metadata": {"annotations": {ORPHANED_SINCE_ANNOTATION: mark}}})
+        try:
+            if verdict.action is Action.DELETE:
+                # The uid precondition leaves alone a job of the same name created since.
+                if not self.hook.delete_job(kind, name, namespace, uid=uid):
+                    return "already gone, or its name now holds another job (404/409 on the delete)"
+            elif verdict.action in (Action.MARK, Action.UNMARK):
+                mark = now.isoformat() if verdict.action is Action.MARK else None  # null removes it (merge patch)
+                metadata: dict[str, Any] = {"annotations": {ORPHANED_SINCE_ANNOTATION: mark}}
+                if uid:
+                    # A uid in a patch is a precondition too: a new job of the same name answers 409.
+                    metadata["uid"] = uid
+                self.hook.patch_job(kind, name, namespace, {"metadata": metadata})
+        except Exception as error:
+            if means_job_absent(error, uid_precondition=True):
+                return f"already gone, or its name now holds another job ({describe_error(error)})"
+            raise
+        return None
+
+
+class _Report:
+    """What a cleanup run changed, job by job, and how many jobs it kept and why (counts only: the jobs
+    kept are most of a namespace's history, and the report is an XCom and a log line every run)."""
+
+    def __init__(self, namespace: str, report_only: bool) -> None:
+        self.namespace = namespace
+        self.report_only = report_only
+        self.jobs: dict[str, list[dict[str, Any]]] = {key: [] for key in REPORT_KEYS.values()}
+        self.errors: list[dict[str, Any]] = []
+        self.kept: Counter[str] = Counter()
+
+    def keep(self, because: str) -> None:
+        self.kept[because] += 1
+
+    def changed(self, action: Action, entry: dict[str, Any]) -> None:
+        self.jobs[REPORT_KEYS[action]].append(entry)
+
+    def failed(self, action: Action, entry: dict[str, Any], error: str) -> None:
+        self.errors.append({**entry, "action": action.value, "error": error})
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{len(jobs)} {key}" for key, jobs in self.jobs.items())
+        kept = "; ".join(f"{count} {because}" for because, count in self.kept.most_common())
+        return (
+            f"{'report only: ' if self.report_only else ''}{counts}, {len(self.errors)} not done (gone or replaced), "
+            f"{sum(self.kept.values())} kept in {self.namespace}{f' ({kept})' if kept else ''}"
+        )
+
+    def as_xcom(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "report_only": self.report_only,
+            **self.jobs,
+            "errors": self.errors,
+            "kept": dict(self.kept.most_common()),
+        }
 
 
 class _TaskStatesOnce:

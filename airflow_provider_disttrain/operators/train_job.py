@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, get_job_kind
 from airflow_provider_disttrain.manifest.loading import load_manifest, template_search_roots
-from airflow_provider_disttrain.manifest.pod_validation import validate_resources
+from airflow_provider_disttrain.manifest.pod_validation import MAX_GPUS_PER_REPLICA, MAX_REPLICAS, validate_resources
 from airflow_provider_disttrain.manifest.train_job import TrainJobParameters, build_train_job
 from airflow_provider_disttrain.manifest.train_job_validation import (
     check_against_runtime,
@@ -87,8 +87,8 @@ class TrainJobOperator(BaseTrainingJobOperator):
         super().__init__(**kwargs)
         self.runtime = runtime
         self.runtime_kind = optional_choice(runtime_kind, tuple(TRAINING_RUNTIME_KINDS), "runtime_kind")
-        self.num_nodes = integer_at_least(num_nodes, "num_nodes")
-        self.gpus_per_node = integer_at_least(gpus_per_node, "gpus_per_node", minimum=0)
+        self.num_nodes = integer_at_least(num_nodes, "num_nodes", maximum=MAX_REPLICAS)
+        self.gpus_per_node = integer_at_least(gpus_per_node, "gpus_per_node", minimum=0, maximum=MAX_GPUS_PER_REPLICA)
         self.active_deadline_seconds = integer_at_least(active_deadline_seconds, "active_deadline_seconds")
         self.resources_per_node = resources_per_node
         self.dataset_uri = dataset_uri

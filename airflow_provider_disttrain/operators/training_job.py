@@ -13,7 +13,11 @@ from typing import Any, ClassVar
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest
 from airflow_provider_disttrain.manifest.loading import load_manifest, template_search_roots
-from airflow_provider_disttrain.manifest.pod_validation import validate_resources_parameter
+from airflow_provider_disttrain.manifest.pod_validation import (
+    MAX_GPUS_PER_REPLICA,
+    MAX_REPLICAS,
+    validate_resources_parameter,
+)
 from airflow_provider_disttrain.operators.base import BaseTrainingJobOperator
 from airflow_provider_disttrain.parameters import PodOptions, RunPolicy, integer_at_least, require_type
 
@@ -51,8 +55,10 @@ class TrainingJobOperator(BaseTrainingJobOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.kind = self._resolve_kind(kind)
-        self.num_workers = integer_at_least(num_workers, "num_workers")
-        self.gpus_per_replica = integer_at_least(gpus_per_replica, "gpus_per_replica", minimum=0)
+        self.num_workers = integer_at_least(num_workers, "num_workers", maximum=MAX_REPLICAS)
+        self.gpus_per_replica = integer_at_least(
+            gpus_per_replica, "gpus_per_replica", minimum=0, maximum=MAX_GPUS_PER_REPLICA
+        )
         validate_resources_parameter(self.job_kind, replica_resources, "replica_resources")
         self.replica_resources = replica_resources
         self.restart_policy = restart_policy

@@ -1,18 +1,24 @@
 """The two ways a training task waits for its job: polling from the worker, or deferring to the triggerer.
 
 Both end in the same outcome dict (``outcome``) for the task's ending; the deadlines (``deadlines``)
-decide when a wait is over in either. The trigger and the Kueue reporter are imported where they run,
-so that DAG files importing an operator stay fast to parse.
+decide when a wait is over in either, and ``WaitPolicy.api_failure_tolerance`` how long either rides out
+an API server it cannot reach before it ends as "lost contact". The trigger and the Kueue reporter are
+imported where they run, so that DAG files importing an operator stay fast to parse.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import tenacity
+
 from airflow_provider_disttrain.controller_refusal import RefusalLooks, read_refusal, refused
+from airflow_provider_disttrain.hooks.api_errors import describe_error
+from airflow_provider_disttrain.hooks.faults import Action, classify
 from airflow_provider_disttrain.logs import LogForwarder
+from airflow_provider_disttrain.outcome import lost_contact
 from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_state
 
 if TYPE_CHECKING:
@@ -48,6 +54,7 @@ def trigger_for(
         execution_deadline=deadlines.execution,
         poll_interval=wait_policy.poll_seconds,
         progress_interval=wait_policy.progress_seconds,
+        api_failure_tolerance=wait_policy.api_failure_tolerance_seconds,
         gpus_per_replica=gpus_per_replica,
         delete_on_kill=cleanup_policy.on_kill,
         stream_logs=stream_logs,
@@ -62,26 +69,47 @@ def poll_until_over(
     deadlines: Deadlines,
     *,
     poll_interval: float,
+    api_failure_tolerance: float,
     log_replicas: Any,
     log: logging.Logger | Any,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> dict[str, Any]:
-    """Poll until the deadlines say the wait is over, copying the chosen replicas' new log lines each time."""
+    """Poll until the deadlines say the wait is over, copying the chosen replicas' new log lines each time.
+
+    A read that fails as an outage may (refused, reset, timed out, 429, 5xx: ``faults.classify``) is
+    tried again with backoff until ``api_failure_tolerance`` seconds passed since the last read that
+    worked; then the wait ends as ``lost_contact`` with the last look at the job. Other errors (401,
+    403, a resource type not served) end it at once, as before.
+    """
     from airflow_provider_disttrain.hooks.kueue import KueueWaitReporter
 
     forwarder = LogForwarder(hook, kind, ref.name, ref.namespace, log_replicas, log)
     kueue = KueueWaitReporter(hook, log)
     refusal_looks = RefusalLooks(kind)
     last_state: JobState | None = None
+    last_job: Mapping[str, Any] | None = None
+    last_seen_at: float | None = None
     # Once seen running, a later suspension is not "not started yet" (an MPIJob's conditions can't tell).
     seen_running = False
-    while True:
+
+    def read() -> tuple[dict[str, Any] | None, str | None]:
         job = hook.get_job(ref.kind, ref.name, ref.namespace)
-        forwarder.forward()
+        forwarder.forward()  # never raises: logs are a courtesy
+        return job, kueue.observe(job)
+
+    while True:
+        reading_since = clock()
+        try:
+            job, waiting_reason = _ride_out_outages(read, api_failure_tolerance, poll_interval, ref, log, clock, sleep)
+        except Exception as error:
+            if classify(error).action is not Action.RETRY:
+                raise
+            waited, seen_at = clock() - reading_since, reading_since if last_seen_at is None else last_seen_at
+            return lost_contact(ref, last_job, waited=waited, last_contact=seen_at, error=describe_error(error))
+        last_job, last_seen_at = job, clock()
         seen_running = seen_running or (job is not None and has_run(job))
         now = clock()
-        waiting_reason = kueue.observe(job)
         if outcome := deadlines.check(
             ref,
             job,
@@ -100,3 +128,44 @@ def poll_until_over(
             last_state = state
         remaining = deadlines.seconds_left(state, now=now, job=job, has_run=seen_running)
         sleep(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
+
+
+def _ride_out_outages(
+    read: Callable[[], Any],
+    tolerance: float,
+    poll_interval: float,
+    ref: JobRef,
+    log: logging.Logger | Any,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> Any:
+    """``read()``, tried again while it fails as an outage, for at most ``tolerance`` seconds on ``clock``.
+
+    The hook's reads retry a few times themselves (``api_errors.retry_transient``, seconds); this is the
+    longer wait around them, for an API server that is away for minutes (a control-plane upgrade). On the
+    task's injectable clock and sleep, so that a test rides out a 15 minute outage in no real time.
+    """
+    started = clock()
+
+    def warn(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "Cannot reach the API server to read %s for %.0fs (%s); trying again until %.0fs have passed "
+            "(wait_policy.api_failure_tolerance)",
+            ref.title,
+            clock() - started,
+            describe_error(error) if error else "?",
+            tolerance,
+        )
+
+    backoff = tenacity.wait_exponential(multiplier=1, max=max(poll_interval, 1.0))
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda error: classify(error).action is Action.RETRY),
+        stop=lambda state: clock() - started >= tolerance,
+        # The last try comes when the tolerance is spent, not a whole backoff step after it.
+        wait=lambda state: min(backoff(state), max(0.0, started + tolerance - clock())),
+        sleep=sleep,
+        before_sleep=warn,
+        reraise=True,
+    )
+    return retrying(read)

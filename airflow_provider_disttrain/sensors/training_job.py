@@ -10,10 +10,16 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.controller_refusal import RefusalLooks, read_refusal, refused
 from airflow_provider_disttrain.deadlines import Deadlines
-from airflow_provider_disttrain.exceptions import JobFailedError, JobInadmissibleError, TrainingJobError, classed_error
+from airflow_provider_disttrain.exceptions import (
+    JobFailedError,
+    JobInadmissibleError,
+    LostContactError,
+    TrainingJobError,
+    classed_error,
+)
 from airflow_provider_disttrain.gpus import gpus_per_replica
 from airflow_provider_disttrain.kinds import get_job_kind
-from airflow_provider_disttrain.operators.ending import publish_failure
+from airflow_provider_disttrain.operators.ending import masked, publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.outcome import JobRef
 
@@ -131,14 +137,17 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
     def _judge(self, outcome: dict[str, Any]) -> dict[str, Any]:
         if outcome["status"] == outcomes.SUCCESS:
             return outcome["job"]
+        if outcome["status"] == outcomes.LOST_CONTACT:  # nothing to read from a server that is away
+            raise LostContactError(outcome["message"])
         ref = JobRef(outcome["kind"], outcome["name"], outcome["namespace"])
         job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
         message, cause = self.hook.diagnose_outcome(ref, outcome["status"], outcome["message"], job, logger=self.log)
         if outcome["status"] == outcomes.FAILED:
             # Classed as the training operators' failures are: a retry_policy treats both alike.
             message += f"\n{cause.describe()}"
-            publish_failure(cause.as_dict(), self.log)
-            raise classed_error(JobFailedError, cause.as_dict(), message)
+            failure = masked(cause.as_dict())
+            publish_failure(failure, self.log)
+            raise classed_error(JobFailedError, failure, message)
         if outcome["status"] == outcomes.INADMISSIBLE:  # the job is not the sensor's to delete
             raise JobInadmissibleError(message)
         if outcome["status"] == outcomes.TIMEOUT:

@@ -4,7 +4,8 @@ All triggers of one triggerer share one watch per (cluster, kind, namespace): th
 ``hooks.shared_watch``, which lists and watches the jobs the provider created (by their label) and
 wakes a trigger when its job changes. A job without that label (a sensor on a name) is followed
 through a watch of its own name. The trigger only judges what it is shown: it never raises out of
-``run()``; every outcome is one event, ``{"status": "success" | "failed" | "timeout" | "error", ...}``,
+``run()``; every outcome is one event, ``{"status": "success" | "failed" | "timeout" | "lost_contact" |
+"error", ...}``,
 carrying the job's summary and a message. Deadlines are absolute epoch seconds, so a trigger that is
 moved to another triggerer keeps the same ones, and each trigger wakes at its own deadline even when
 nothing changes on the server.
@@ -41,8 +42,11 @@ from airflow_provider_disttrain.kueue_admission import NeverAdmitted, never_admi
 from airflow_provider_disttrain.kueue_position import QueuePosition
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
-from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
-from airflow_provider_disttrain.parameters import DEFAULT_PROGRESS_INTERVAL_SECONDS
+from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, lost_contact, make_outcome
+from airflow_provider_disttrain.parameters import (
+    DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
+    DEFAULT_PROGRESS_INTERVAL_SECONDS,
+)
 from airflow_provider_disttrain.progress import ProgressTracker
 from airflow_provider_disttrain.status import JobState, has_run, job_state
 
@@ -104,12 +108,18 @@ class TrainingJobTrigger(BaseTrigger):
     :param progress_interval: after a burst, at most one progress line per this many seconds.
     :param gpus_per_replica: GPUs one pod of each replica type asks for (the manifest's, which the watch's
         view leaves out), for the ``disttrain.gpus_held`` metric; None when not known (a sensor).
-    :param api_failure_tolerance: seconds of continuous API failure before giving up with an error.
+    :param api_failure_tolerance: seconds of continuous API failure before giving up with a ``lost_contact``
+        event (the operator's ``WaitPolicy.api_failure_tolerance``); rows stored before it was settable
+        carry 300.
     :param delete_on_kill: delete the job when a user kills the deferred task.
     :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
     :param stream_logs_bytes_per_second: at most this much of that log is written per second.
     :param kubernetes_conn_id: stored rows of provider versions before ``connection`` (never written now),
         like ``cluster_context``, ``config_dict`` (a shipped kubeconfig) and ``connection_extras``.
+    :param newer_kwargs: keys this version does not know, from a row a newer provider version wrote (a
+        rolling upgrade: a newer worker deferred, an older triggerer rebuilds). They are ignored with a
+        warning, not refused: refusing fails the task; ignored, the job is still waited for with this
+        version's behaviour. A row from an older version lacks the newer keys: each has its default.
     """
 
     def __init__(
@@ -127,7 +137,7 @@ class TrainingJobTrigger(BaseTrigger):
         watch_timeout: int = 300,
         progress_interval: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
         gpus_per_replica: Mapping[str, int] | None = None,
-        api_failure_tolerance: float = 300.0,
+        api_failure_tolerance: float = DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
         delete_on_kill: bool = True,
         stream_logs: bool = False,
         stream_logs_bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
@@ -135,8 +145,18 @@ class TrainingJobTrigger(BaseTrigger):
         cluster_context: str | None = None,
         config_dict: dict[str, Any] | None = None,
         connection_extras: dict[str, Any] | None = None,
+        **newer_kwargs: Any,
     ) -> None:
         super().__init__()
+        if newer_kwargs:
+            self.log.warning(
+                "Ignoring trigger arguments %s for %s %s/%s: written by a newer version of the provider than "
+                "this triggerer's (a rolling upgrade); the job is waited for without them",
+                sorted(newer_kwargs),
+                kind,
+                namespace,
+                name,
+            )
         self.kind = kind
         self.name = name
         self.namespace = namespace
@@ -144,7 +164,15 @@ class TrainingJobTrigger(BaseTrigger):
         if connection is None:  # a row stored before the typed connection
             connection = ClusterConnection(kubernetes_conn_id, cluster_context, config_dict, connection_extras)
         elif not isinstance(connection, ClusterConnection):
-            connection = ClusterConnection.from_dict(connection)
+            if unknown := ClusterConnection.unknown_keys(connection):
+                self.log.warning(
+                    "Ignoring connection keys %s for %s %s/%s: written by a newer version of the provider",
+                    unknown,
+                    kind,
+                    namespace,
+                    name,
+                )
+            connection = ClusterConnection.from_dict(connection, ignore_unknown=True)
         self.connection = connection
         self.startup_deadline = startup_deadline
         self.execution_deadline = execution_deadline
@@ -433,13 +461,11 @@ class TrainingJobTrigger(BaseTrigger):
                 return None
             return make_outcome(self.ref, ERROR, _access_denied_message(self.ref.title, problem), job)
         if waited >= self.api_failure_tolerance:
-            return make_outcome(
-                self.ref,
-                ERROR,
-                f"lost contact with the API server for {waited:.0f}s while watching {self.ref.title}: "
-                f"{describe_error(error)}",
-                job,
-            )
+            # Not an error of the job's: the operator ends the task without deleting it (``ending``). The
+            # watch's view of the job is as of the moment the trouble began.
+            clock = self._clock()
+            last_contact = clock.wall() - (clock.monotonic() - problem.since)
+            return lost_contact(self.ref, job, waited=waited, last_contact=last_contact, error=describe_error(error))
         return None
 
     async def _check_deadline_unseen(

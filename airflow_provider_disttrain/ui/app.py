@@ -9,7 +9,9 @@ with (default ``kubernetes_default``), ``ui_namespaces`` the namespaces the page
 separated; default the connection's namespace), ``ui_kinds`` the job kinds it lists (default
 ``PyTorchJob,MPIJob,TrainJob``), ``ui_cache_seconds`` how long one LIST serves everyone (default 5),
 ``ui_cache_dir`` where the API server's worker processes share their LISTs (default
-``$AIRFLOW_HOME/disttrain-ui-cache``; ``none``: each worker lists for itself).
+``$AIRFLOW_HOME/disttrain-ui-cache``; ``none``: each worker lists for itself), ``ui_request_timeout``
+how long one request of the pages may wait for the cluster, its calls and its wait for another
+request's LIST together (default 10 s; past it the last good LIST, or 504).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from airflow.configuration import AIRFLOW_HOME, conf
+from airflow.models.dag import DagModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.models.xcom import XComModel
 from fastapi import Depends, FastAPI, HTTPException, Query
@@ -35,13 +38,15 @@ from sqlalchemy import select
 
 from airflow_provider_disttrain.diagnostics import pods_not_running, pods_with_problems
 from airflow_provider_disttrain.hooks.api_errors import api_status
-from airflow_provider_disttrain.hooks.training_job import MAX_EVENT_PODS, TrainingJobHook
+from airflow_provider_disttrain.hooks.training_job import MAX_EVENT_PODS
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.links import CONFIG_SECTION
 from airflow_provider_disttrain.logs import leader_pods
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_key
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_key
 from airflow_provider_disttrain.ui import view
-from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache, SharedListStore
+from airflow_provider_disttrain.ui.bounded import DEFAULT_REQUEST_SECONDS, BoundedHook, Budget
+from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache, NoAnswer, SharedListStore
+from airflow_provider_disttrain.ui.masking import masker
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +80,18 @@ def _shared_store(name: str) -> SharedListStore | None:
 
 
 class Cluster:
-    """The API server's view of the cluster: one hook, one cache of LISTs, the configured scope."""
+    """The API server's view of the cluster: one hook, one cache of LISTs, the configured scope.
+
+    What is cached (in memory, and in ``ui_cache_dir``) is what the view reads (``view.job_read``,
+    ``pod_read``, ``event_read``: no env value, no command line), its messages already masked.
+    """
 
     def __init__(self) -> None:
-        self.hook = TrainingJobHook(conn_id=_setting("ui_conn_id", "kubernetes_default"))
+        self.request_seconds = float(_setting("ui_request_timeout", str(DEFAULT_REQUEST_SECONDS)))
+        if not self.request_seconds > 0:
+            raise ValueError(f"[disttrain] ui_request_timeout must be > 0 seconds, got {self.request_seconds!r}")
+        self.budget = Budget()
+        self.hook = BoundedHook(budget=self.budget, conn_id=_setting("ui_conn_id", "kubernetes_default"))
         self.kinds = [get_job_kind(kind).kind for kind in _csv(_setting("ui_kinds", DEFAULT_KINDS))]
         self.namespaces = _csv(_setting("ui_namespaces", "")) or [self.hook.default_namespace()]
         ttl = float(_setting("ui_cache_seconds", str(DEFAULT_TTL_SECONDS)))
@@ -93,13 +106,12 @@ class Cluster:
             if api_status(error) == 404:  # the kind's CRD is not installed
                 return []
             raise
-        # Only the provider's jobs, and only what the view reads (a job's managedFields can be most of it).
-        kept = []
-        for job in jobs:
-            if TASK_INSTANCE_LABEL in ((job.get("metadata") or {}).get("labels") or {}):
-                job.get("metadata", {}).pop("managedFields", None)
-                kept.append(job)
-        return kept
+        # Only the provider's jobs, and only what the view reads, masked with each job's own secrets.
+        return [
+            masker(job)(view.job_read(job))
+            for job in jobs
+            if TASK_INSTANCE_LABEL in ((job.get("metadata") or {}).get("labels") or {})
+        ]
 
     def _pods_and_events(self, namespace: str, key: str) -> list[dict[str, Any]]:
         """``[{"pods": [...], "events": [...]}]`` of one job: its pods (one LIST), and the Warning events of
@@ -110,9 +122,12 @@ class Cluster:
         troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
         suffixes = get_job_kind(kind).event_object_suffixes
         names = {name, *(name + suffix for suffix in suffixes), *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS]}
-        return [
-            {"pods": pods, "events": self.hook.list_warning_events(namespace, names), "log": self._log_tail(kind, pods)}
-        ]
+        events = self.hook.list_warning_events(namespace, names)
+        log_tail = self._log_tail(kind, pods)
+        # The job's secrets as the task's masker has them (its env), and its pods' (what their env got).
+        mask = masker(self.hook.get_job(kind, name, namespace) or {}, pods)
+        found = {"pods": [view.pod_read(pod) for pod in pods], "events": [view.event_read(e) for e in events]}
+        return [mask({**found, "log": log_tail})]
 
     def _log_tail(self, kind: str, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The last lines of the leader's log (what the task's log already shows of it), once it started."""
@@ -135,7 +150,13 @@ class Cluster:
         return {"pod": metadata["name"], "lines": text.splitlines()[-LOG_TAIL_LINES:]}
 
     def jobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
-        return [job for ns in dict.fromkeys(namespaces) for kind in self.kinds for job in self.cache.jobs(ns, kind)]
+        """The jobs of ``namespaces``, each LIST waited for at most what is left of the request's budget."""
+        return [
+            job
+            for ns in dict.fromkeys(namespaces)
+            for kind in self.kinds
+            for job in self.cache.jobs(ns, kind, wait=self.budget.left())
+        ]
 
 
 _cluster_lock = threading.Lock()
@@ -154,6 +175,8 @@ def cluster() -> Cluster:
 
 def _cluster_error(error: Exception) -> HTTPException:
     # The hook's errors name the request and the API server's reason, never the credentials.
+    if isinstance(error, NoAnswer):
+        return HTTPException(status_code=504, detail=f"reading the cluster timed out: {error}")
     return HTTPException(status_code=502, detail=f"reading the cluster failed: {error}")
 
 
@@ -200,22 +223,29 @@ def create_app() -> FastAPI:
         session.close()
         state = cluster()
         namespaces = [*([namespace] if namespace else []), *state.namespaces]
-        try:
-            jobs = state.jobs(namespaces)
-        except Exception as error:
-            raise _cluster_error(error) from error
-        job = view.newest_job_of(jobs, task_instance_key(dag_id, task_id, run_id, map_index))
-        if job is None:
-            raise HTTPException(
-                status_code=404,
-                detail=f"no training job of this task instance in namespace(s) {', '.join(dict.fromkeys(namespaces))}"
-                " (not submitted yet, or deleted)",
+        with state.budget.started(state.request_seconds):
+            try:
+                jobs = state.jobs(namespaces)
+            except Exception as error:
+                raise _cluster_error(error) from error
+            job = view.newest_job_of(
+                jobs,
+                task_instance_key(dag_id, task_id, run_id, map_index),
+                legacy_task_instance_key(dag_id, task_id, run_id, map_index),
             )
-        metadata = job["metadata"]
-        try:
-            (found,) = state.pods_and_events.jobs(metadata["namespace"], f"{job['kind']}/{metadata['name']}")
-        except Exception as error:
-            raise _cluster_error(error) from error
+            if job is None:
+                raise HTTPException(
+                    status_code=404,
+                    detail="no training job of this task instance in namespace(s) "
+                    f"{', '.join(dict.fromkeys(namespaces))} (not submitted yet, or deleted)",
+                )
+            metadata = job["metadata"]
+            try:
+                (found,) = state.pods_and_events.jobs(
+                    metadata["namespace"], f"{job['kind']}/{metadata['name']}", wait=state.budget.left()
+                )
+            except Exception as error:
+                raise _cluster_error(error) from error
         detail = view.job_detail(job, now=time.time(), pods=found["pods"], events=found["events"], log=found["log"])
         return {"job": detail, "cluster_lists": state.cache.lists}
 
@@ -230,15 +260,23 @@ def create_app() -> FastAPI:
         from airflow.api_fastapi.app import get_auth_manager
 
         current = cluster()
-        try:
-            found = current.jobs(current.namespaces)
-        except Exception as error:
-            raise _cluster_error(error) from error
+        with current.budget.started(current.request_seconds):
+            try:
+                found = current.jobs(current.namespaces)
+            except Exception as error:
+                raise _cluster_error(error) from error
         allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
         now = time.time()
-        rows = view.readable([view.job_summary(job, now=now) for job in found], allowed)
+        summaries = view.this_deployments(view.job_summary(job, now=now) for job in found)
+        # Jobs made before the dag-key label are matched on their DAG-id label: against every DAG id known.
+        known = (
+            session.scalars(select(DagModel.dag_id)).all()
+            if any(not row["task_instance"]["dag_key"] for row in summaries)
+            else []
+        )
+        rows = view.readable(summaries, allowed, known)
         rows = [row for row in rows if view.matches(row, state=state, namespace=namespace, dag_id=dag_id)]
-        dag_ids = {row["task_instance"]["dag_id"] for row in rows} & set(allowed)
+        dag_ids = {row["task_instance"]["dag_id"] for row in rows}
         task_ids = {row["task_instance"]["task_id"] for row in rows}
         tis = session.execute(
             select(TaskInstance.dag_id, TaskInstance.task_id, TaskInstance.run_id, TaskInstance.map_index)

@@ -19,11 +19,17 @@ from airflow_provider_disttrain.kinds import kind_of
 from airflow_provider_disttrain.kueue import admitted_at, held_by_kueue, queue_name, waiting_message
 from airflow_provider_disttrain.naming import (
     DAG_ID_LABEL,
+    DAG_KEY_LABEL,
+    DEPLOYMENT_LABEL,
     MAP_INDEX_LABEL,
     RUN_ID_LABEL,
     TASK_ID_LABEL,
     TASK_INSTANCE_LABEL,
     TRY_NUMBER_LABEL,
+    dag_key,
+    deployment_label_value,
+    legacy_task_instance_key,
+    resolve_deployment_id,
     sanitize_label_value,
     task_instance_key,
 )
@@ -141,17 +147,20 @@ def _durations(job: Mapping[str, Any], now: float) -> dict[str, float | None]:
 
 
 def task_instance_of(job: Mapping[str, Any]) -> dict[str, Any]:
-    """The task instance the job's labels name (label values: DAG and task ids as they are, run ids
-    sanitized); ``key`` is the hash the provider selects on."""
+    """The task instance the job's labels name (label values: DAG, task and run ids sanitized and cut to
+    63 characters); ``key`` is the hash the provider selects on, ``dag_key`` the hash of the full DAG id
+    (``readable`` replaces ``dag_id`` by the full id it stands for)."""
     labels = _labels(job)
     map_index = labels.get(MAP_INDEX_LABEL)
     return {
         "dag_id": labels.get(DAG_ID_LABEL),
+        "dag_key": labels.get(DAG_KEY_LABEL),
         "task_id": labels.get(TASK_ID_LABEL),
         "run_id_label": labels.get(RUN_ID_LABEL),
         "map_index": int(map_index) if map_index is not None and map_index.lstrip("-").isdigit() else -1,
         "try_number": labels.get(TRY_NUMBER_LABEL),
         "key": labels.get(TASK_INSTANCE_LABEL),
+        "deployment": labels.get(DEPLOYMENT_LABEL),
     }
 
 
@@ -205,7 +214,8 @@ def warning_events(events: Iterable[Mapping[str, Any]], newest: int = NEWEST_EVE
             "object": (event.get("involvedObject") or {}).get("name"),
             "reason": event.get("reason"),
             "message": event.get("message"),
-            "count": event.get("count") or 1,
+            # A number, whatever the object (or a cache file) held: the page prints it.
+            "count": count if type(count := event.get("count")) is int and count > 0 else 1,
             "time": event.get("lastTimestamp") or event.get("eventTime"),
         }
         for event in events
@@ -251,9 +261,19 @@ def job_detail(
     }
 
 
-def newest_job_of(jobs: Iterable[Mapping[str, Any]], instance_key: str) -> Mapping[str, Any] | None:
-    """The newest job labelled for the task instance of ``instance_key`` (a retry's replaces an earlier try's)."""
-    mine = [job for job in jobs if _labels(job).get(TASK_INSTANCE_LABEL) == instance_key]
+def _is_instances(labels: Mapping[str, str], instance_key: str, legacy_key: str | None) -> bool:
+    """Whether a job's labels name the task instance of ``instance_key`` (this deployment's key), or of
+    ``legacy_key`` for a job made before the deployment label existed (``identity.owns`` decides alike)."""
+    key = labels.get(TASK_INSTANCE_LABEL)
+    return key == instance_key or (legacy_key is not None and DEPLOYMENT_LABEL not in labels and key == legacy_key)
+
+
+def newest_job_of(
+    jobs: Iterable[Mapping[str, Any]], instance_key: str, legacy_key: str | None = None
+) -> Mapping[str, Any] | None:
+    """The newest job labelled for the task instance of ``instance_key`` (a retry's replaces an earlier
+    try's); ``legacy_key`` also finds the instance's job made before the deployment label existed."""
+    mine = [job for job in jobs if _is_instances(_labels(job), instance_key, legacy_key)]
     mine.sort(key=lambda job: str(_metadata(job).get("creationTimestamp") or ""))
     return mine[-1] if mine else None
 
@@ -277,25 +297,122 @@ def link_task_instances(
     """The rows with each job's task instance completed from Airflow's own ``(dag_id, task_id, run_id,
     map_index)`` rows: the labels hold the run id sanitized, the key hash names the exact instance.
     A job whose task instance is not among them keeps ``run_id`` None (no link)."""
+    task_instances = list(task_instances)
     by_key = {task_instance_key(*ti): ti for ti in task_instances}
+    # Jobs made before the deployment label carry the key without the deployment (legacy_task_instance_key).
+    by_legacy_key = {legacy_task_instance_key(*ti): ti for ti in task_instances}
     linked = []
     for row in summaries:
-        ti = by_key.get(str(row["task_instance"].get("key")))
+        instance = row["task_instance"]
+        keys = by_key if instance.get("deployment") else by_legacy_key
+        ti = keys.get(str(instance.get("key")))
         linked.append({**row, "task_instance": {**row["task_instance"], "run_id": ti[2] if ti else None}})
     return linked
 
 
-def readable(summaries: Iterable[dict[str, Any]], dag_ids: Iterable[str]) -> list[dict[str, Any]]:
-    """The rows whose DAG is one of ``dag_ids`` (those the user may read); a job without a DAG label is
-    no task's of this provider and never shown."""
-    labels = {sanitize_label_value(dag_id) for dag_id in dag_ids}
-    return [row for row in summaries if row["task_instance"].get("dag_id") in labels]
+def this_deployments(summaries: Iterable[dict[str, Any]], deployment_id: str | None = None) -> list[dict[str, Any]]:
+    """The rows of jobs this Airflow deployment made (``deployment_id``, None: this one's), and of jobs made
+    before the deployment label existed; another deployment's jobs are its own UI's to show."""
+    mine = deployment_label_value(resolve_deployment_id(deployment_id))
+    return [row for row in summaries if row["task_instance"].get("deployment") in (None, mine)]
+
+
+def readable(
+    summaries: Iterable[dict[str, Any]], dag_ids: Iterable[str], known_dag_ids: Iterable[str] = ()
+) -> list[dict[str, Any]]:
+    """The rows of the DAGs in ``dag_ids`` (those the user may read), each with its full DAG id.
+
+    Decided on the ``dag_key`` label (a hash of the full DAG id), never on the DAG-id label: that one is
+    sanitized and cut, so ``etl`` and ``_etl``, or two ids sharing 63 characters, carry the same label.
+    A job made before the provider wrote ``dag_key`` is shown only when exactly one DAG id Airflow knows
+    (``known_dag_ids``, with ``dag_ids``) gives its label and the user may read that one; a label two DAG
+    ids give is nobody's to show. (A DAG deleted from Airflow no longer counts as one of those ids.)
+    A job without a DAG label is no task's of this provider and never shown.
+    """
+    readable_ids = set(dag_ids)
+    by_key = {dag_key(dag_id): dag_id for dag_id in readable_ids}
+    by_label: dict[str, set[str]] = {}
+    for dag_id in readable_ids | set(known_dag_ids):
+        by_label.setdefault(sanitize_label_value(dag_id), set()).add(dag_id)
+    rows = []
+    for row in summaries:
+        instance = row["task_instance"]
+        full_id: str | None
+        if instance.get("dag_key"):
+            full_id = by_key.get(str(instance["dag_key"]))
+        else:
+            candidates = by_label.get(str(instance.get("dag_id") or ""), set())
+            full_id = next(iter(candidates)) if len(candidates) == 1 else None
+        if full_id is not None and full_id in readable_ids:
+            rows.append({**row, "task_instance": {**instance, "dag_id": full_id}})
+    return rows
 
 
 def matches(row: Mapping[str, Any], *, state: str | None, namespace: str | None, dag_id: str | None) -> bool:
-    """Whether a row passes the page's filters (None: no filter)."""
+    """Whether a row passes the page's filters (None: no filter); a row of ``readable``'s (full DAG id)."""
     return (
         (not state or row["state"] == state)
         and (not namespace or row["namespace"] == namespace)
-        and (not dag_id or row["task_instance"].get("dag_id") == sanitize_label_value(dag_id))
+        and (not dag_id or row["task_instance"].get("dag_id") == dag_id)
     )
+
+
+# -- what the UI's cache keeps of the objects it reads (in memory and in ``ui_cache_dir``) ----------------
+
+_JOB_METADATA = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "generation")
+_POD_METADATA = ("name", "namespace", "labels", "creationTimestamp", "deletionTimestamp")
+# Fields of a pod template, a TrainJob's trainer or a container that the view never reads and that may
+# hold secrets (env values, command lines) or a whole spec (``last-applied-configuration``).
+_NEVER_KEPT = frozenset({"env", "envFrom", "command", "args", "volumes", "volumeMounts"})
+
+
+def _pod_spec_read(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Of a pod spec (a template's or a pod's): its containers' names and resources (GPUs, the main container)."""
+    return {
+        "containers": [
+            {key: container[key] for key in ("name", "resources") if key in container}
+            for container in spec.get("containers") or []
+            if isinstance(container, Mapping)
+        ]
+    }
+
+
+def _spec_read(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        if isinstance(value.get("containers"), list):
+            return _pod_spec_read(value)
+        return {key: _spec_read(item) for key, item in value.items() if key not in _NEVER_KEPT}
+    if isinstance(value, list):
+        return [_spec_read(item) for item in value]
+    return value
+
+
+def job_read(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What the view reads of a job: its identity, labels, spec without pod details (replica counts,
+    suspension, GPU limits) and status; never an env value, a command line or an annotation."""
+    metadata = _metadata(job)
+    return {
+        "apiVersion": job.get("apiVersion"),
+        "kind": job.get("kind"),
+        "metadata": {key: metadata[key] for key in _JOB_METADATA if key in metadata},
+        "spec": _spec_read(job.get("spec") or {}),
+        "status": job.get("status") or {},
+    }
+
+
+def pod_read(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What the view reads of a pod: its identity, labels, containers' names and its status."""
+    metadata = _metadata(pod)
+    return {
+        "metadata": {key: metadata[key] for key in _POD_METADATA if key in metadata},
+        "spec": _pod_spec_read(pod.get("spec") or {}),
+        "status": pod.get("status") or {},
+    }
+
+
+def event_read(event: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``warning_events`` reads of an event."""
+    kept = {
+        key: event[key] for key in ("type", "reason", "message", "count", "lastTimestamp", "eventTime") if key in event
+    }
+    return {**kept, "involvedObject": {"name": (event.get("involvedObject") or {}).get("name")}}

@@ -19,6 +19,9 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import CLUSTER_QUEUE, LOCAL_QUEUE
 
+# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("gpus")
+
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 

@@ -21,6 +21,9 @@ import pytest
 
 from tests.integration.conftest import DagRunResult, unique_dag_id
 
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "example_dags" / "taskflow_decorators.py"
 # The image's provider installation, on a node without images (see the module docstring).

@@ -22,6 +22,9 @@ import pytest
 from tests.integration.conftest import unique_dag_id
 from tests.integration.executing_node import steer_to_executing_node
 
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 TIMEOUT = 180  # a ceiling for a busy machine; on an idle one each wait takes seconds
 JOB = "elastic"
 EPOCHS = 70

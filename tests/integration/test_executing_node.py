@@ -23,6 +23,9 @@ import pytest
 from tests.integration.conftest import ADMIN_KUBECONFIG, DEVCLUSTER_DIR
 from tests.integration.executing_node import EXEC_NODE, finished, wait_for_pod
 
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 KUBECTL = DEVCLUSTER_DIR / "bin" / "kubectl"
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from tests.integration.conftest import unique_dag_id
 
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 POLICY_DAG = """
 import datetime
 

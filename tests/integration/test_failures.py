@@ -12,6 +12,9 @@ import pytest
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import training_dag, unique_dag_id
 
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 
 def _dag(dag_id: str, job_name: str, deferrable: bool, **extra: object) -> str:
     arguments = {"wait_policy": WaitPolicy(poll_interval=1, startup_timeout=120), "log_replicas": "all", **extra}

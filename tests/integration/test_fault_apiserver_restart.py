@@ -11,6 +11,9 @@ import pytest
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import cluster_script, training_dag, unique_dag_id
 
+# Restarts the API server that every test uses: run alone, after the parallel pass (Makefile integration-test).
+pytestmark = pytest.mark.serial
+
 
 @pytest.mark.parametrize(
     ("annotations", "task_state"),

@@ -25,6 +25,9 @@ import pytest
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import LOCAL_QUEUE, REPO, training_dag, unique_dag_id
 
+# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("gpus")
+
 RUN_SECONDS = 25
 STARTUP_TIMEOUT = 15  # shorter than the third job's wait in the queue: queue time must not count
 QUOTA_WORDS = "couldn't assign flavors to pod set"

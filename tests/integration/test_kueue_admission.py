@@ -23,6 +23,9 @@ import pytest
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import SMALL_QUEUE, kueue_condition, training_dag, unique_dag_id, wait_until
 
+# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("gpus")
+
 QUEUE_TIMEOUT = 1800  # what the tasks would wait without Kueue's final word
 FAST = 300  # each task ends well within this (dag.test() itself on a loaded machine, a deferred task's 10 s settle)
 DEFERRABLE = pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])

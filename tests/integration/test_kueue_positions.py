@@ -35,6 +35,9 @@ from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 from tests.integration.conftest import KUEUE, SmallQueue, create_queue, wait_until
 from tests.integration.test_kueue import _condition
 
+# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("gpus")
+
 REPO = Path(__file__).resolve().parents[2]
 VISIBILITY_PORT = int(os.environ.get("DEVCLUSTER_KUEUE_VISIBILITY_PORT", "18085"))
 LOCAL_QUEUE = "positions"

@@ -27,6 +27,9 @@ import pytest
 from tests.integration.conftest import KUEUE, create_queue, unique_dag_id
 from tests.integration.test_kueue import _airflow_home, _workloads
 
+# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("gpus")
+
 PRIORITIES = {"disttrain-it-low": 100, "disttrain-it-high": 10_000}
 LOW_RUN_SECONDS = 90  # long enough to be preempted while it runs, even when a DAG run takes long to start
 HIGH_RUN_SECONDS = 5

@@ -7,6 +7,9 @@ import pytest
 
 from tests.integration.conftest import unique_dag_id
 
+# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("gpus")
+
 MPI_DAG = """
 import pendulum
 from airflow.sdk import dag

@@ -32,6 +32,7 @@ pipeline()
 """
 
 
+@pytest.mark.xdist_group("gpus")  # runs 3 pods of 1 GPU: with the other tests that hold GPUs, one at a time
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "sync"])
 def test_pytorchjob_from_builder_parameters_succeeds(namespace, run_dag, jobs, deferrable):
     dag_id = unique_dag_id("pt_builder")

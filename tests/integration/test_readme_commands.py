@@ -9,7 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.readme import README, block_under
+
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
 
 REPO = README.parent
 
@@ -29,8 +34,9 @@ def _bash(script: str, env: dict[str, str], timeout: float = 900) -> subprocess.
 
 
 def _clean_env(tmp_path: Path) -> dict[str, str]:
-    """The user's shell: no test-suite Airflow settings, a fresh AIRFLOW_HOME."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+    """The user's shell: no test-suite Airflow settings, no CI step timer (.ci/run's STEP_TIMES), a fresh
+    AIRFLOW_HOME."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW") and key != "STEP_TIMES"}
     env["AIRFLOW_HOME"] = str(tmp_path / "airflow-home")
     return env
 

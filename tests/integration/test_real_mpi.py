@@ -8,6 +8,11 @@ import json
 import re
 from typing import Any
 
+import pytest
+
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 EPOCH_LINE = re.compile(r"^epoch=(\d+) loss=([0-9.]+) accuracy=([0-9.]+)$", re.MULTILINE)
 
 

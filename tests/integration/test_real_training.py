@@ -31,6 +31,9 @@ from tests.integration.executing_node import (
     wait_for_pod,
 )
 
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 TIMEOUT = 240
 CLAIM = {"name": "data", "persistentVolumeClaim": {"claimName": "training-data"}}
 

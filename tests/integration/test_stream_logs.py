@@ -15,6 +15,9 @@ from airflow_provider_disttrain.logs import split_timestamp
 from airflow_provider_disttrain.parameters import RunPolicy
 from tests.integration.conftest import training_dag, unique_dag_id
 
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 # Five epochs a second apart: the job runs for a few seconds while the trigger follows its log.
 TRAINING = """
 import time

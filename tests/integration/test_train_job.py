@@ -91,6 +91,7 @@ def trainjobs(jobs: Any) -> TrainJobs:
     return TrainJobs(jobs)
 
 
+@pytest.mark.xdist_group("gpus")  # runs a node of 1 GPU: with the other tests that hold GPUs, one at a time
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "sync"])
 def test_trainjob_from_parameters_succeeds(namespace, run_dag, trainjobs, capfd, deferrable):
     dag_id = unique_dag_id("tj_params")

@@ -29,6 +29,9 @@ from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import unique_dag_id
 from tests.integration.test_train_job import TrainJobs, train_dag
 
+# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
+pytestmark = pytest.mark.xdist_group("executing")
+
 SERVER_URL = "KUBEFLOW_TRAINER_SERVER_URL"
 LEADER = {"loss": 0.05, "tokens": 4096}
 FIRST = {

@@ -28,6 +28,9 @@ from airflow_provider_disttrain.triggers.training_job import SETTLE_SECONDS
 from tests.integration.conftest import ADMIN_KUBECONFIG, SA_NAME, SA_NAMESPACE, cluster_script
 from tests.integration.provider_requests import ProviderRequests
 
+# Restarts the API server that every test uses: run alone, after the parallel pass (Makefile integration-test).
+pytestmark = pytest.mark.serial
+
 KIND = "PyTorchJob"
 RUN_SECONDS = "disttrain.test/run-seconds"  # how long kwok keeps the job's pods Running
 EXIT_CODE = "disttrain.test/exit-code"

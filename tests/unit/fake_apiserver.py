@@ -10,9 +10,12 @@ It speaks HTTP the way kube-apiserver does for what the shared watch uses, so th
   real server's watch cache answers;
 - GET and DELETE (with a uid precondition) of one object;
 - Bearer tokens: an unknown or revoked token gets a 401 Status;
-- a merge PATCH of one object (a MODIFIED event), pods listed by label, and a pod's log: lines
-  ``add_log_lines`` appended (each ``<RFC 3339 time> <text>``), with ``timestamps``, ``sinceSeconds``
-  and ``follow`` (the stream stays open until ``end_log``, as the kubelet's does until the container ends).
+- POST of a new object (uid and creation time set; 409 for a taken name);
+- a merge PATCH of one object (a MODIFIED event; a ``metadata.uid`` in the patch is a precondition,
+  409 when it is not the object's), pods listed by label, and a pod's log: lines
+  ``add_log_lines`` appended (each ``<RFC 3339 time> <text>``), with ``timestamps``, ``sinceSeconds``,
+  ``sinceTime`` and ``follow`` (the stream stays open until ``end_log``, as the kubelet's does until the
+  container ends).
 Faults are injected per verb (``fail_next``), as an outage of every verb (``outage``), by holding
 a watch open silently (``hang_watches``), ending watches mid-line (``cut_watches``), cutting their
 connections (``drop_watches``) or expiring them with an in-stream 410 (``expire_watches``). BOOKMARKs
@@ -25,8 +28,9 @@ import asyncio
 import contextlib
 import copy
 import json
+import uuid
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from aiohttp import web
@@ -101,6 +105,7 @@ class FakeApiServer:
             "list": [],
             "watch": [],
             "get": [],
+            "create": [],
             "delete": [],
             "patch": [],
             "pods": [],
@@ -130,6 +135,7 @@ class FakeApiServer:
         app = web.Application()
         prefix = "/apis/{group}/{version}/namespaces/{namespace}/{plural}"
         app.router.add_get(prefix, self._collection)
+        app.router.add_post(prefix, self._create)
         app.router.add_get(prefix + "/{name}", self._get)
         app.router.add_delete(prefix + "/{name}", self._delete)
         app.router.add_patch(prefix + "/{name}", self._patch)
@@ -350,6 +356,19 @@ class FakeApiServer:
         ]
         return web.json_response(pending_workloads_summary(candidates, namespace, queue))
 
+    async def _create(self, request: web.Request) -> web.Response:
+        """POST of a new object: 409 AlreadyExists for a taken name; the server sets uid and creation time."""
+        if refusal := self._refusal(request, "create"):
+            return refusal
+        info = request.match_info
+        obj = await request.json()
+        metadata = obj.setdefault("metadata", {})
+        if (info["namespace"], info["plural"], metadata.get("name")) in self.objects:
+            return _status(409, "AlreadyExists", f"{info['plural']} {metadata.get('name')!r} already exists")
+        metadata.update(namespace=info["namespace"], uid=str(uuid.uuid4()))
+        metadata["creationTimestamp"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return web.json_response(await self.put(obj, info["plural"]), status=201)
+
     async def _patch(self, request: web.Request) -> web.Response:
         if refusal := self._refusal(request, "patch"):
             return refusal
@@ -360,6 +379,14 @@ class FakeApiServer:
         if request.headers.get("Content-Type") != "application/merge-patch+json":
             media = request.headers.get("Content-Type")
             return _status(415, "UnsupportedMediaType", f"only merge patches here, not {media}")
+
+        body = await request.json()
+        wanted_uid = ((body or {}).get("metadata") or {}).get("uid")
+        if wanted_uid and wanted_uid != obj["metadata"].get("uid"):
+            # A uid in the patch is a precondition (the registry's Update compares it with the stored one).
+            stored = obj["metadata"].get("uid")
+            message = f"Precondition failed: UID in precondition: {wanted_uid}, UID in object meta: {stored}"
+            return _status(409, "Conflict", message)
 
         def merged(base: Any, patch: Any) -> Any:
             if not isinstance(base, dict) or not isinstance(patch, dict):
@@ -372,7 +399,7 @@ class FakeApiServer:
                     result[key] = merged(base.get(key), value)
             return result
 
-        return web.json_response(await self.put(merged(obj, await request.json()), info["plural"]))
+        return web.json_response(await self.put(merged(obj, body), info["plural"]))
 
     async def _list_pods(self, request: web.Request) -> web.Response:
         if refusal := self._refusal(request, "pods"):
@@ -411,8 +438,11 @@ class FakeApiServer:
         query = request.query
         # Booleans as Go's strconv.ParseBool reads them (the Python clients send "True").
         follow, timestamps = (query.get(flag) in ("true", "True", "1") for flag in ("follow", "timestamps"))
-        since = query.get("sinceSeconds")
+        since, since_time = query.get("sinceSeconds"), query.get("sinceTime")
+        # sinceSeconds counts back on the kubelet's clock; sinceTime is a time of the log's own stamps.
         oldest = self.clock.wall() - int(since) if since else None
+        if since_time:
+            oldest = datetime.fromisoformat(since_time.replace("Z", "+00:00")).timestamp()
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         self.open_log_streams += 1

@@ -13,6 +13,7 @@ from airflow_provider_disttrain.lineage import (
     job_facts,
     replica_facts,
     split_uri,
+    without_userinfo,
 )
 
 
@@ -168,6 +169,27 @@ def test_split_uri_refuses_what_names_no_dataset(uri: Any, message: str) -> None
     with pytest.raises(ValueError) as raised:
         split_uri(uri, "dataset_uri")
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("https://user:token@host.example/x?y=1", "https://host.example/x?y=1"),
+        ("s3://KEY:SECRET@bucket/k", "s3://bucket/k"),
+        ("s3://TOKEN@bucket/k", "s3://bucket/k"),
+        ("https://u:p@ss@host:8443/x", "https://host:8443/x"),
+        ("hf://org/model", "hf://org/model"),
+        ("/mnt/data/a@b", "/mnt/data/a@b"),
+    ],
+)
+def test_without_userinfo(uri: str, expected: str) -> None:
+    assert without_userinfo(uri) == expected
+
+
+def test_split_uri_and_the_asset_extra_drop_credentials() -> None:
+    assert split_uri("s3://KEY:SECRET@bucket/k") == ("s3", "bucket", "/k")
+    extra = asset_event_extra({}, "s3://TOKEN@bucket/model", {})
+    assert extra["model_uri"] == "s3://bucket/model"
 
 
 def test_asset_event_extra_holds_the_job_the_metrics_and_the_model() -> None:

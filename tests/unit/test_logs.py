@@ -230,7 +230,9 @@ class FakeHook:
         self.fail_list: Exception | None = None
         self.fail_read: dict[str, Exception] = {}
         for pod, text in (logs or {}).items():
-            self.write(pod, *text.splitlines())
+            # Lines end at newlines only, as the container runtime splits them (a '\r' stays in its line).
+            lines = text.split("\n")
+            self.write(pod, *(lines[:-1] if lines[-1] == "" else lines))
 
     def write(self, pod: str, *lines: str, at: int | None = None) -> None:
         """Append lines; each gets its own time unless ``at`` stamps them all alike (a burst)."""
@@ -538,3 +540,41 @@ def test_a_logger_from_the_logging_module_works(caplog):
         LogForwarder(hook, PYTORCH, "mnist", "kubeflow", LEADER, logging.getLogger("disttrain.test")).forward()
 
     assert caplog.messages == ["[mnist-master-0] epoch 1 done"]
+
+
+# -- what reaches the task log: printable text, lines split at newlines only ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("\x1b[31mred\x1b[0m and \x1b[1;32mbold green\x1b[m", "red and bold green"),
+        ("title\x1b]0;owned\x07 after", "title after"),
+        ("bell\x07 nul\x00 del\x7f c1\x9b csi\x85", "bell nul del c1 csi"),
+        ("keeps\ttabs", "keeps\ttabs"),
+        (" 10%|#         |\r 50%|#####     |\r100%|##########|", "100%|##########|"),
+        ("done\r", "done"),
+    ],
+    ids=["ansi-colours", "osc-title", "c0-c1", "tab", "progress-bar", "trailing-cr"],
+)
+def test_printable_shows_what_a_terminal_would_without_its_controls(raw: str, shown: str) -> None:
+    assert logs_module.printable(raw) == shown
+
+
+def test_printable_cuts_a_line_too_long_for_the_task_log() -> None:
+    shown = logs_module.printable("é" * 10_000)  # 20,000 bytes
+
+    assert shown.startswith("é" * (logs_module.MAX_LINE_BYTES // 2))
+    assert shown.endswith(f" [{20_000 - logs_module.MAX_LINE_BYTES} bytes cut]")
+
+
+def test_a_progress_bar_and_terminal_codes_reach_the_task_log_once_and_clean(logger):
+    bar = "".join(f"\r\x1b[32m{percent:3d}%\x1b[0m" for percent in range(0, 101, 10))
+    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": f"start\n{bar}\n"})
+    logs = forwarder(hook, logger)
+
+    logs.forward()
+    hook.write("mnist-master-0", "end")
+    logs.forward()
+
+    assert logger.infos == ["[mnist-master-0] start", "[mnist-master-0] 100%", "[mnist-master-0] end"]

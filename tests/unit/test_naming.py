@@ -6,17 +6,23 @@ import re
 
 import pytest
 
+from airflow_provider_disttrain.deployment import DEFAULT_DEPLOYMENT_ID, deployment_id
 from airflow_provider_disttrain.manifest.kube_rules import is_dns1035_label, is_label_value
 from airflow_provider_disttrain.naming import (
     DAG_ID_LABEL,
+    DAG_KEY_LABEL,
+    DEPLOYMENT_LABEL,
     MAP_INDEX_LABEL,
     MAX_NAME_LENGTH,
     RUN_ID_LABEL,
     TASK_ID_LABEL,
     TASK_INSTANCE_LABEL,
     TRY_NUMBER_LABEL,
+    dag_key,
+    deployment_label_value,
     generate_job_name,
     label_selector,
+    legacy_task_instance_key,
     random_suffix,
     sanitize_label_value,
     task_instance_key,
@@ -212,6 +218,18 @@ def test_run_ids_that_differ_only_past_63_characters_share_a_label_but_not_a_key
     assert labels_a[TASK_INSTANCE_LABEL] != labels_b[TASK_INSTANCE_LABEL]
 
 
+@pytest.mark.parametrize(
+    ("dag_a", "dag_b"), [("etl", "_etl"), ("données", "donn_es"), ("x" * 63 + "a", "x" * 63 + "b")]
+)
+def test_dag_ids_that_share_a_label_do_not_share_a_dag_key(dag_a: str, dag_b: str) -> None:
+    labels_a = task_instance_labels(dag_a, "train", "r", -1, 1)
+    labels_b = task_instance_labels(dag_b, "train", "r", -1, 1)
+
+    assert labels_a[DAG_ID_LABEL] == labels_b[DAG_ID_LABEL]
+    assert labels_a[DAG_KEY_LABEL] == dag_key(dag_a) != labels_b[DAG_KEY_LABEL] == dag_key(dag_b)
+    assert re.fullmatch(r"[0-9a-f]{40}", labels_a[DAG_KEY_LABEL])  # a valid label value
+
+
 def test_task_instance_labels_of_a_mapped_task():
     labels = task_instance_labels("nightly_training", "train", LONG_RUN_ID, 3, 2)
 
@@ -222,6 +240,8 @@ def test_task_instance_labels_of_a_mapped_task():
         MAP_INDEX_LABEL: "3",
         TRY_NUMBER_LABEL: "2",
         TASK_INSTANCE_LABEL: task_instance_key("nightly_training", "train", LONG_RUN_ID, 3),
+        DEPLOYMENT_LABEL: deployment_label_value(DEFAULT_DEPLOYMENT_ID),
+        DAG_KEY_LABEL: dag_key("nightly_training"),
     }
     assert all(is_label_value(value) for value in labels.values())
 
@@ -258,3 +278,47 @@ def test_label_selector_is_sorted_and_comma_separated():
 
 def test_label_selector_of_no_labels_is_empty():
     assert label_selector({}) == ""
+
+
+# -- the deployment ------------------------------------------------------------------------------------
+
+
+def test_two_deployments_label_the_same_task_instance_differently():
+    staging = task_instance_labels("nightly_training", "train", LONG_RUN_ID, -1, 1, deployment_id="staging")
+    prod = task_instance_labels("nightly_training", "train", LONG_RUN_ID, -1, 1, deployment_id="prod")
+
+    assert staging[TASK_INSTANCE_LABEL] != prod[TASK_INSTANCE_LABEL]
+    assert staging[DEPLOYMENT_LABEL] != prod[DEPLOYMENT_LABEL]
+    # Neither is the key jobs carried before the deployment label existed.
+    legacy = legacy_task_instance_key("nightly_training", "train", LONG_RUN_ID, -1)
+    assert legacy not in (staging[TASK_INSTANCE_LABEL], prod[TASK_INSTANCE_LABEL])
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "données",  # sanitized to "donn_es"
+        "donn_es ",
+        "x" * 64 + "-a",  # two ids that share their first 63 characters
+    ],
+)
+def test_the_deployment_label_is_a_hash_of_the_exact_id(other):
+    sanitized_alike = {"données": "donn_es", "donn_es ": "donn_es", "x" * 64 + "-a": "x" * 64 + "-b"}[other]
+    value = deployment_label_value(other)
+
+    assert value != deployment_label_value(sanitized_alike)
+    assert is_label_value(value)
+    assert value == deployment_label_value(other)
+
+
+def test_the_deployment_id_is_read_from_airflow_config(monkeypatch):
+    monkeypatch.delenv("AIRFLOW__DISTTRAIN__DEPLOYMENT_ID", raising=False)
+    assert deployment_id() == DEFAULT_DEPLOYMENT_ID
+
+    monkeypatch.setenv("AIRFLOW__DISTTRAIN__DEPLOYMENT_ID", "prod-eu\n")
+    assert deployment_id() == "prod-eu"
+    assert task_instance_labels("d", "t", "r", -1, 1)[DEPLOYMENT_LABEL] == deployment_label_value("prod-eu")
+    assert task_instance_key("d", "t", "r", -1) == task_instance_key("d", "t", "r", -1, "prod-eu")
+
+    monkeypatch.setenv("AIRFLOW__DISTTRAIN__DEPLOYMENT_ID", "  ")
+    assert deployment_id() == DEFAULT_DEPLOYMENT_ID

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.naming import task_instance_key, task_instance_labels
+from airflow_provider_disttrain import naming, orphans
+from airflow_provider_disttrain.deployment import DEFAULT_DEPLOYMENT_ID
+from airflow_provider_disttrain.naming import deployment_label_value, task_instance_key, task_instance_labels
 from airflow_provider_disttrain.orphans import (
     ORPHANED_SINCE_ANNOTATION,
     Action,
@@ -35,10 +37,11 @@ def labelled_job(
 
 def test_the_owner_comes_from_the_labels_the_operators_put_on_every_job() -> None:
     expected_key = task_instance_key("nightly", "train", RUN_ID, 7)
+    deployment = deployment_label_value(DEFAULT_DEPLOYMENT_ID)
 
-    assert owner_of(labelled_job(map_index=7)) == JobOwner("nightly", "train", 7, expected_key)
+    assert owner_of(labelled_job(map_index=7)) == JobOwner("nightly", "train", 7, expected_key, deployment)
     assert owner_of(labelled_job()) == JobOwner(
-        "nightly", "train", -1, task_instance_key("nightly", "train", RUN_ID, -1)
+        "nightly", "train", -1, task_instance_key("nightly", "train", RUN_ID, -1), deployment
     )
     assert owner_of(make_job(labels={"app": "not-ours"})) is None
 
@@ -110,3 +113,56 @@ def test_a_mark_without_an_offset_is_read_as_utc() -> None:
     job = labelled_job(running_status(), orphaned_since="2026-12-01T19:00:00")
 
     assert judge(job, (RUN_ID, "failed"), NOW, GRACE).action is Action.DELETE
+
+
+def annotated_job(dag_id: str, status: dict[str, Any], *, wait: bool = True, **annotations: str) -> Any:
+    """A job as the operators label and annotate it (``task_instance_annotations``: the full ids)."""
+    job = make_job(status=status, labels=task_instance_labels(dag_id, "train", RUN_ID, -1, try_number=1))
+    job["metadata"]["annotations"] = {
+        **naming.task_instance_annotations(dag_id, "train", wait_for_completion=wait),
+        **annotations,
+    }
+    return job
+
+
+def test_a_job_submitted_without_waiting_is_never_its_submitters_orphan() -> None:
+    """Its task succeeds as soon as the job exists; a sensor (example_dags/elastic_pytorch.py) waits for it."""
+    job = annotated_job("elastic", running_status(), wait=False)
+
+    for state in ("success", "failed"):
+        verdict = judge(job, (RUN_ID, state), NOW, timedelta(0))
+        assert verdict.action is Action.KEEP and "wait_for_completion=False" in verdict.reason
+    # A mark an older cleanup wrote comes off, so that no later run deletes it.
+    marked = annotated_job("elastic", running_status(), wait=False, **{ORPHANED_SINCE_ANNOTATION: NOW.isoformat()})
+    assert judge(marked, (RUN_ID, "success"), NOW + GRACE, GRACE).action is Action.UNMARK
+    # The operators' default (they wait) is judged as before.
+    assert judge(annotated_job("elastic", running_status()), (RUN_ID, "success"), NOW, GRACE).action is Action.MARK
+
+
+@pytest.mark.parametrize("dag_id", ["nightly_" + "x" * 60, "_etl", "données"])
+def test_dag_ids_the_labels_cannot_hold_are_read_from_the_annotations(dag_id: str) -> None:
+    owner = owner_of(annotated_job(dag_id, running_status()))
+
+    assert owner is not None and owner.dag_id == dag_id
+    assert find_task_instance(owner, {RUN_ID: {"train": "failed"}}) == (RUN_ID, "failed")
+
+
+def test_a_job_without_the_annotations_is_read_from_its_labels() -> None:
+    """Jobs created by earlier versions: the label values, which equal the ids that fit a label."""
+    job = labelled_job(running_status())
+    job["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+
+    owner = owner_of(job)
+
+    assert owner is not None and (owner.dag_id, owner.task_id) == ("nightly", "train")
+    assert judge(job, (RUN_ID, "failed"), NOW, GRACE).action is Action.MARK
+
+
+def test_only_unfinished_or_marked_jobs_need_judging() -> None:
+    """A finished job without a mark is kept whatever its task instance: Airflow need not be asked."""
+    needs_judging = orphans.needs_judging
+    assert needs_judging(labelled_job(running_status())) and needs_judging(labelled_job(suspended_status()))
+    assert not needs_judging(labelled_job(succeeded_status()))
+    assert needs_judging(labelled_job(succeeded_status(), orphaned_since=NOW.isoformat()))
+    for task_instance in ((RUN_ID, "running"), (RUN_ID, "failed"), None):
+        assert judge(labelled_job(succeeded_status()), task_instance, NOW, timedelta(0)).action is Action.KEEP

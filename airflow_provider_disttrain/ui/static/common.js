@@ -1,10 +1,21 @@
 // Shared by the two pages: fetch JSON from the plugin's API (the browser sends Airflow's session cookie),
-// escape text, and refresh on a timer.
+// escape text, and refresh on a timer: the next request only once the last one answered (or gave up).
 "use strict";
 const DISTTRAIN_REFRESH_MS = 5000;
+// The server answers within its own bound ([disttrain] ui_request_timeout); this one is the browser's.
+const DISTTRAIN_FETCH_TIMEOUT_MS = 60000;
 
 async function disttrainFetch(path) {
-  const response = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), DISTTRAIN_FETCH_TIMEOUT_MS);
+  let response;
+  try {
+    response = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" }, signal: abort.signal });
+  } catch (error) {
+    throw new Error(abort.signal.aborted ? "no answer within 60 s" : String(error.message || error));
+  } finally {
+    clearTimeout(timer);
+  }
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
     const error = new Error(typeof body.detail === "string" ? body.detail : `HTTP ${response.status}`);

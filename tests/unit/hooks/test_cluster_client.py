@@ -167,6 +167,36 @@ async def test_without_a_working_client_a_hung_plugin_is_a_transient_error_in_ti
         await cluster.close()
 
 
+@pytest.mark.parametrize("given_up_by", ["its timeout", "closing the client"])
+async def test_a_plugin_given_up_on_is_killed_alone_not_the_triggerers_other_children(
+    apiserver: Any, job: None, plugin: Plugin, given_up_by: str
+) -> None:
+    """The build's plugin is killed by its own PID: a process another provider started in the same
+    triggerer while the plugin hung (a cncf pod-exec, a dbt run) keeps running."""
+    plugin.next_run("hang")
+    cluster = ClusterClient(exec_connection(apiserver, plugin), build_timeout=3.0)
+    request = asyncio.create_task(read_job(cluster))
+    other = None
+    try:
+        await until(lambda: plugin.runs == 1)  # the plugin runs, and hangs
+        other = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
+        if given_up_by == "its timeout":
+            with pytest.raises(ConnectionError, match="did not come within"):
+                await asyncio.wait_for(request, 10.0)
+        else:
+            await asyncio.wait_for(cluster.close(), 10.0)
+        assert hung_plugins(plugin) == []
+
+        with pytest.raises(asyncio.TimeoutError):  # not killed: still running a second later
+            await asyncio.wait_for(other.wait(), 1.0)
+    finally:
+        request.cancel()
+        if other is not None and other.returncode is None:
+            other.kill()
+            await other.wait()
+        await cluster.close()
+
+
 async def test_a_plugin_that_fails_to_start_a_client_is_a_transient_error(
     apiserver: Any, job: None, plugin: Plugin
 ) -> None:

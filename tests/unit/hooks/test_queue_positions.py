@@ -140,3 +140,43 @@ async def test_the_last_trigger_leaving_stops_the_requests_and_forgets_the_queue
 
     assert visibility.asked == asked == 2
     assert registry.queues == {}
+
+
+MALFORMED_ANSWERS = {
+    "items not a list": {"kind": "PendingWorkloadsSummary", "items": 5},
+    "metadata not an object": {"items": [{"metadata": "b", "positionInLocalQueue": 0}]},
+    "position not an integer": {"items": [{"metadata": {"name": "b"}, "positionInLocalQueue": "first"}]},
+    "item not an object": {"items": ["b"]},
+}
+
+
+@pytest.mark.parametrize("malformed", MALFORMED_ANSWERS.values(), ids=MALFORMED_ANSWERS.keys())
+async def test_a_malformed_answer_is_logged_once_and_skipped_and_the_poller_goes_on(
+    virtual_clock: LoopClock, caplog: pytest.LogCaptureFixture, malformed: dict[str, Any]
+) -> None:
+    visibility = Visibility(summary("a", "b"), malformed, malformed, summary("b"))
+    queue = LocalQueuePositions("team-a", "user-queue", visibility, virtual_clock, refresh_seconds=30)
+    moved = asyncio.Event()
+    queue.follow("b", moved)
+    await virtual_clock.sleep(1)
+    assert queue.position("b") is not None and queue.position("b").in_local_queue == 1
+    moved.clear()
+
+    await virtual_clock.sleep(60)  # two malformed answers: the last good one stands
+    assert visibility.asked == 3 and queue.position("b").in_local_queue == 1
+    assert not moved.is_set()
+    await virtual_clock.sleep(30)  # still polling: the next good answer is taken
+    assert visibility.asked == 4 and queue.position("b").in_local_queue == 0
+    assert moved.is_set()
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "team-a/user-queue" in warnings[0] and "not a PendingWorkloadsSummary" in warnings[0]
+
+
+@pytest.mark.parametrize("body", [b"<html>502 Bad Gateway</html>", b"[1, 2]", b"\xff\xfe"])
+def test_a_body_that_is_not_a_json_object_is_a_malformed_answer(body: bytes) -> None:
+    from airflow_provider_disttrain.kueue_position import MalformedAnswer, parse_summary
+
+    with pytest.raises(MalformedAnswer):
+        parse_summary(body)

@@ -78,3 +78,42 @@ def test_an_outage_of_the_api_server_is_raised_not_taken_for_a_missing_permissio
 
     assert raised.value.status == 500
     assert reader.unavailable is False
+
+
+class AnsweringHook:
+    """A hook whose visibility API answers ``answers`` in turn (the last one again after that)."""
+
+    def __init__(self, *answers: dict[str, Any]) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
+        self.asked += 1
+        return self.answers[min(self.asked, len(self.answers)) - 1]
+
+
+def positioned(*names: str) -> dict[str, Any]:
+    items = [
+        {"metadata": {"name": name}, "positionInLocalQueue": i, "positionInClusterQueue": i}
+        for i, name in enumerate(names)
+    ]
+    return {"kind": "PendingWorkloadsSummary", "items": items}
+
+
+def test_a_malformed_answer_is_skipped_with_one_warning_not_raised_into_the_wait() -> None:
+    malformed = {"items": [{"metadata": {"name": "wl-mine"}, "positionInLocalQueue": "second"}]}
+    hook = AnsweringHook(positioned("wl-first", "wl-mine"), malformed, malformed, positioned("wl-mine"))
+    clock = Clock()
+    reader = QueuePositionReader(hook, structlog.get_logger(), refresh_seconds=30, monotonic=clock)
+
+    seen = []
+    with structlog.testing.capture_logs() as logs:
+        for second in (0, 30, 60, 90):
+            clock.now = float(second)
+            found = reader.position("team-a", "user-queue", "wl-mine")
+            seen.append(found.in_local_queue if found else None)
+
+    assert hook.asked == 4
+    assert seen == [1, 1, 1, 0]  # the last good answer stands until the next one
+    warnings = [entry["event"] for entry in logs if entry["log_level"] == "warning"]
+    assert len(warnings) == 1 and "team-a/user-queue" in warnings[0]

@@ -316,7 +316,7 @@ def test_env_is_merged_by_name(load_yaml):
     built = build_manifest(
         PYTORCH,
         load_yaml("manifests/pytorchjob-elastic.yaml"),
-        JobParameters(env={"LOGLEVEL": "INFO", "NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": 4}),
+        JobParameters(env={"LOGLEVEL": "INFO", "NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "4"}),
     )
 
     assert main_container(PYTORCH, built, "Worker")["env"] == [

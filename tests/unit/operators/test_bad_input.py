@@ -209,6 +209,28 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
         "replica_resources.Launcher.requests.cpu",
     ),
     ("gpus_per_replica negative", PT, {"gpus_per_replica": -1}, "gpus_per_replica"),
+    (
+        "elastic maxReplicas of a billion",
+        PT,
+        {"job_manifest": changed(PT, lambda m: m["spec"].update(elasticPolicy={"maxReplicas": 10**9}))},
+        "spec.elasticPolicy.maxReplicas",
+    ),
+    ("gpus_per_replica beyond any node", PT, {"gpus_per_replica": 65}, "gpus_per_replica"),
+    ("num_workers of a billion", MPI, {"num_workers": 10**9}, "num_workers"),
+    ("num_nodes of a billion", TJ, {"num_nodes": 10**9}, "num_nodes"),
+    ("gpus_per_node beyond any node", TJ, {"gpus_per_node": 1000}, "gpus_per_node"),
+    (
+        "manifest replicas of a billion",
+        TF,
+        {"job_manifest": changed(TF, lambda m: specs(m)["Worker"].update(replicas=10**9))},
+        "spec.tfReplicaSpecs.Worker.replicas",
+    ),
+    (
+        "manifest gpu limit beyond any node",
+        XGB,
+        {"job_manifest": changed(XGB, lambda m: main(m).update(resources={"limits": {"nvidia.com/gpu": "1k"}}))},
+        "spec.xgbReplicaSpecs.Worker.template.spec.containers[xgboost].resources.limits.nvidia.com/gpu",
+    ),
     # -- environment variables -------------------------------------------------------------------------
     ("env name with '='", PT, {"env": {"MODE=fast": "1"}}, "env.MODE=fast"),
     ("env name empty", TF, {"env": {"": "1"}}, "env."),
@@ -218,6 +240,16 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
     ("env as one string", PT, {"env": "EPOCHS=3"}, "env"),
     ("env entry without a name", MPI, {"env": [{"value": "1"}]}, "env[0]"),
     ("env entry neither string nor mapping", JAX, {"env": [("EPOCHS", "3")]}, "env[0]"),
+    ("env value an int", PT, {"env": {"EPOCHS": 3}}, "env.EPOCHS"),
+    ("env value a bool", TF, {"env": {"DEBUG": True}}, "env.DEBUG"),
+    ("env value a float", TJ, {"env": {"LR": 1e-5}}, "env.LR"),
+    ("env EnvVar value an int", MPI, {"env": [{"name": "EPOCHS", "value": 3}]}, "env[0].value"),
+    (
+        "manifest env value an int",
+        PADDLE,
+        {"job_manifest": changed(PADDLE, lambda m: main(m).update(env=[{"name": "EPOCHS", "value": 3}]))},
+        "spec.paddleReplicaSpecs.Worker.template.spec.containers[paddle].env[0].value",
+    ),
     # -- namespaces -------------------------------------------------------------------------------------
     ("namespace with an underscore", PT, {"namespace": "ml_team"}, "namespace"),
     ("namespace in upper case", MPI, {"namespace": "ML"}, "namespace"),
@@ -458,6 +490,7 @@ GOOD_INPUTS: list[tuple[str, str, dict[str, Any]]] = [
     ),
     ("per-replica resources in lower case", PT, {"replica_resources": {"worker": {"limits": {"memory": "4Gi"}}}}),
     ("env docker style, value holding '='", PT, {"env": ["EPOCHS=3", "FLAGS=--lr=0.1", "EMPTY="]}),
+    ("the most GPUs and workers allowed", PT, {"gpus_per_replica": 64, "num_workers": 10_000}),
     ("env names with dots and dashes", PADDLE, {"env": {"my.env-name": "1", "MyEnvName1": "2"}}),
     (
         "env mixing strings and EnvVar mappings",

@@ -109,6 +109,23 @@ def test_a_failure_reports_the_explanation_the_task_failed_with() -> None:
     assert context["outlet_events"][MODEL].extra == {}  # no model: no event extra
 
 
+def test_the_failure_explanation_is_masked_as_the_task_log() -> None:
+    from airflow.sdk.log import mask_secret
+
+    secret = "wandb_k3y_9f8e7d6c"
+    mask_secret(secret)
+    hook = progressing(failed_status(message=f"worker exited: login with {secret} refused"))
+    operator = lineage_operator(hook)
+
+    with pytest.raises(JobFailedError) as raised:
+        operator.execute(context_with_outlets())
+    failure = operator.get_openlineage_facets_on_failure(None).run_facets[FAILURE_FACET]
+
+    assert secret in str(raised.value)  # the task log masks the raised error itself
+    assert "login with *** refused" in failure.explanation
+    assert secret not in failure.explanation
+
+
 def test_a_task_resumed_from_its_trigger_describes_its_job_from_its_parameters() -> None:
     """``execute_complete`` runs in a new process: the manifest is assembled again, the identity is the event's."""
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
@@ -145,6 +162,26 @@ def test_a_trainjob_reads_what_its_initializers_name() -> None:
 
     assert pairs(lineage.inputs) == [("hf://org", "/ds"), ("s3://models", "llama")]
     assert lineage.run_facets[JOB_FACET].kind == "TrainJob"
+
+
+def test_credentials_in_a_storage_uri_or_an_asset_uri_never_reach_the_lineage() -> None:
+    operator = TrainJobOperator(
+        task_id="finetune",
+        runtime="torch-distributed",
+        dataset_uri="https://reader:hf_tOkEn1@huggingface.co/datasets/org/ds",
+        model_uri="s3://AKIAKEY:SeCrEtKeY@models/llama",
+        outlets=[Asset(name="tuned", uri="s3://BARETOKEN@models/tuned")],  # Airflow keeps a user without password
+    )
+
+    lineage = operator.get_openlineage_facets_on_start()
+
+    assert pairs(lineage.inputs) == [("https://huggingface.co", "/datasets/org/ds"), ("s3://models", "llama")]
+    assert pairs(lineage.outputs) == [("s3://models", "tuned")]
+    dumped = json.dumps([repr(lineage.inputs), repr(lineage.outputs), repr(lineage.run_facets)])
+    for secret in ("reader", "hf_tOkEn1", "AKIAKEY", "SeCrEtKeY", "BARETOKEN"):
+        assert secret not in dumped
+    # The job itself keeps them: its initializers need them to download.
+    assert "hf_tOkEn1" in json.dumps(operator.assemble_manifest())
 
 
 def test_the_sensor_reports_the_job_it_watched() -> None:

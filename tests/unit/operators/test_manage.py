@@ -251,3 +251,17 @@ def test_job_name_is_required(operator_class: type) -> None:
     with pytest.raises(ValueError, match=r"^kind: unknown job kind"):
         operator_class(task_id="t", job_name="j", kind="Bogus", **kwargs)
     assert "job_name" in operator_class.template_fields
+
+
+def test_scale_to_more_replicas_than_any_cluster_holds_is_refused_before_patching() -> None:
+    hook = FakeTrainingJobHook(namespace="ml")
+    spec = {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}}  # no elastic range to stop it
+    hook.add_job(pytorch_job(spec=spec, status={"conditions": [{"type": "Suspended", "status": "True"}]}))
+    hook.job("train-abc", "ml")["spec"]["runPolicy"] = {"suspend": True}
+
+    operator = ScaleTrainingJobOperator(task_id="scale", job_name="train-abc", replicas=10**9)
+    with pytest.raises(InvalidJobSpecError, match="at most 10000") as raised:
+        with_hook(operator, hook).execute(make_context())
+
+    assert raised.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
+    assert hook.called("patch_job") == []

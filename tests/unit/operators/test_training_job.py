@@ -35,7 +35,7 @@ from airflow_provider_disttrain.exceptions import (
 )
 from airflow_provider_disttrain.hooks import shared_watch
 from airflow_provider_disttrain.identity import STATE_STORE_KEY
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_labels
+from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_labels
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.outcome import ERROR, JobRef, make_outcome
 from airflow_provider_disttrain.parameters import CleanupPolicy, RunPolicy, WaitPolicy
@@ -155,9 +155,13 @@ def test_sync_submission_names_labels_and_places_the_job() -> None:
         "namespace": "ml",
         "uid": job["metadata"]["uid"],
     }
-    # Reattachment looks for this task instance's jobs before creating one.
-    assert hook.api_calls()[:2] == ["find_jobs", "create_job"]
-    assert hook.called("find_jobs")[0][0][2] == {TASK_INSTANCE_LABEL: our_labels(ti)[TASK_INSTANCE_LABEL]}
+    # Reattachment looks for this task instance's jobs before creating one: this deployment's, then
+    # (a later try) those an older release made, labelled with the key that named no deployment.
+    assert hook.api_calls()[:3] == ["find_jobs", "find_jobs", "create_job"]
+    assert [call[0][2] for call in hook.called("find_jobs")] == [
+        {TASK_INSTANCE_LABEL: our_labels(ti)[TASK_INSTANCE_LABEL]},
+        {TASK_INSTANCE_LABEL: legacy_task_instance_key("nightly", "train", "scheduled__2024-05-01", -1)},
+    ]
 
 
 def test_namespace_of_the_manifest_or_the_operator_wins_over_the_connection() -> None:
@@ -955,3 +959,28 @@ def test_deferrable_defaults_to_airflows_default_deferrable() -> None:
 
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.strip().splitlines()[-1] == "True True True True False"
+
+
+def test_the_failure_xcom_masks_the_secrets_the_task_log_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.log import mask_secret
+
+    secret = "hf_Zq8sEcReTtOkEn42"
+    mask_secret(secret)  # as a connection's password or a sensitive env value is given to the masker
+    hook = progressing(running_status(), failed_status())
+    crashed = {"reason": "Error", "exitCode": 1, "finishedAt": "2024-05-01T10:01:00Z"}
+    hook.pods["train-abc"] = [make_pod("train-abc", "master", 0, phase="Failed", terminated=crashed)]
+    hook.logs["train-abc-master-0"] = (
+        'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+        f"PermissionError: token {secret} was refused by the hub\n"
+    )
+    ti = FakeTI()
+    context = make_context(ti)
+    monkeypatch.setattr("airflow.sdk.get_current_context", lambda: context)
+
+    with pytest.raises(JobFailedError) as raised:
+        make_operator(hook, job_name="train-abc").execute(context)
+
+    failure = dict(ti.pushed)["failure"]
+    assert "train-abc-master-0: PermissionError: token *** was refused by the hub" in failure["evidence"]
+    assert secret not in json.dumps(failure)
+    assert raised.value.failure == failure  # what callbacks and lineage read

@@ -57,8 +57,8 @@ def task(dag_folder: Path, **kwargs: Any) -> TrainingJobOperator:
         return TrainingJobOperator(task_id="train", **kwargs)
 
 
-def rendered(operator: TrainingJobOperator) -> TrainingJobOperator:
-    operator.render_template_fields(dict(CONTEXT))  # type: ignore[arg-type]
+def rendered(operator: TrainingJobOperator, **params: Any) -> TrainingJobOperator:
+    operator.render_template_fields({**CONTEXT, "params": params})  # type: ignore[arg-type]
     return operator
 
 
@@ -131,11 +131,71 @@ def test_a_manifest_file_outside_the_dag_folder_and_search_path_is_refused_unrea
         assert "c2VjcmV0" not in str(raised.value)
 
 
-def test_a_manifest_path_with_jinja_is_refused_naming_why(dag_folder: Path) -> None:
-    with pytest.raises(InvalidJobSpecError, match="contains Jinja") as raised:
-        rendered(task(dag_folder, job_manifest="manifests/{{ ds_nodash }}.yaml"))
+def test_a_templated_manifest_path_is_rendered_then_read_as_a_template(dag_folder: Path) -> None:
+    (dag_folder / "manifests" / "20240501.yaml").write_text(MANIFEST.replace("nightly-", "dated-"))
+
+    by_date = rendered(task(dag_folder, job_manifest="manifests/{{ ds_nodash }}.yaml"))
+    by_param = rendered(task(dag_folder, job_manifest="{{ params.manifest }}"), manifest="manifests/job.yaml")
+
+    assert yaml.safe_load(by_date.job_manifest)["metadata"]["name"] == "dated-20240501"
+    assert yaml.safe_load(by_param.job_manifest)["metadata"]["name"] == "nightly-20240501"
+
+
+def test_a_rendered_path_is_still_bounded_to_the_dag_folder(dag_folder: Path) -> None:
+    with pytest.raises(InvalidJobSpecError, match="not found in the DAG folder") as raised:
+        rendered(task(dag_folder, job_manifest="{{ params.manifest }}"), manifest="../../etc/job.yaml")
 
     assert raised.value.field == "job_manifest"
+
+
+INLINE = """\
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: {{ params.image }}
+"""
+INJECTED_PRIVILEGED = "trainer:1\n              securityContext: {privileged: true}"
+INJECTED_HOST_PATH = "trainer:1\n          volumes: [{name: host, hostPath: {path: /}}]"
+
+
+@pytest.mark.parametrize(
+    ("image", "field"),
+    [
+        (INJECTED_PRIVILEGED, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].securityContext.privileged"),
+        (INJECTED_HOST_PATH, "spec.pytorchReplicaSpecs.Worker.template.spec.volumes[0].hostPath"),
+        (
+            "trainer:1\n      template: {spec: {hostNetwork: true}}",
+            "spec.pytorchReplicaSpecs.Worker.template.spec.hostNetwork",
+        ),
+    ],
+    ids=["privileged", "hostPath", "hostNetwork"],
+)
+def test_a_param_rendered_into_yaml_cannot_add_privileges(dag_folder: Path, image: str, field: str) -> None:
+    (dag_folder / "manifests" / "param.yaml").write_text(INLINE)
+
+    for manifest in (INLINE, "manifests/param.yaml"):
+        with pytest.raises(InvalidJobSpecError, match="set only by what the template rendered") as raised:
+            rendered(task(dag_folder, job_manifest=manifest), image=image)
+        assert raised.value.field == field
+
+
+def test_a_security_field_the_template_writes_may_take_a_rendered_value(dag_folder: Path) -> None:
+    manifest = INLINE + "              securityContext:\n                privileged: {{ params.privileged }}\n"
+
+    operator = rendered(task(dag_folder, job_manifest=manifest), image="trainer:1", privileged="true")
+    harmless = rendered(
+        task(dag_folder, job_manifest=INLINE), image="t:1\n              securityContext: {privileged: false}"
+    )
+
+    container = yaml.safe_load(operator.job_manifest)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert container["containers"][0]["securityContext"] == {"privileged": True}
+    assert "privileged: false" in harmless.job_manifest
 
 
 @pytest.mark.parametrize("path", ["manifests/missing.yaml", "/nonexistent/job.json"])

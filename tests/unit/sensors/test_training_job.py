@@ -15,9 +15,10 @@ from airflow_provider_disttrain.exceptions import (
     JobFailedError,
     JobFailedInTrainingError,
     JobFailedOnInfrastructureError,
+    LostContactError,
     TrainingJobError,
 )
-from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, make_outcome
+from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, lost_contact, make_outcome
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from airflow_provider_disttrain.status import job_result
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
@@ -107,6 +108,26 @@ def test_a_job_whose_pod_was_evicted_fails_the_sensor_as_the_infrastructures_fai
 
     assert raised.value.failure["class"] == "infrastructure"
     assert raised.value.failure["reason"] == "Evicted"
+
+
+def test_the_sensors_failure_evidence_is_masked_as_the_task_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.log import mask_secret
+
+    secret = "ghp_sensorSecret0123456789"
+    mask_secret(secret)
+    hook = hook_with(failed_status())
+    crashed = {"reason": "Error", "exitCode": 1, "finishedAt": "2024-05-01T10:01:00Z"}
+    hook.pods["train-abc"] = [make_pod("train-abc", "master", 0, phase="Failed", terminated=crashed)]
+    hook.logs["train-abc-master-0"] = f'Traceback (most recent call last):\n  File "t.py"\nValueError: {secret}\n'
+    context = make_context()
+    monkeypatch.setattr("airflow.sdk.get_current_context", lambda: context)
+
+    with pytest.raises(JobFailedError) as raised:
+        make_sensor(hook).poke(context)
+
+    pushed = dict(context["ti"].pushed)["failure"]
+    assert "train-abc-master-0: ValueError: ***" in pushed["evidence"]
+    assert raised.value.failure == pushed
 
 
 def test_poke_fails_when_the_job_does_not_exist() -> None:
@@ -205,6 +226,17 @@ def test_execute_complete_other_endings_raise(status: str, error: type[Exception
     if status == FAILED:
         assert FAILED_REASON in str(raised.value)
     assert hook.called("delete_job") == []  # never the sensor's to delete
+
+
+def test_execute_complete_after_lost_contact_raises_without_reading_the_server() -> None:
+    job = make_job("train-abc", status=running_status())
+    hook = hook_with(job["status"])
+    event = lost_contact(JobRef("PyTorchJob", "train-abc", "default"), job, waited=900, last_contact=0, error="503")
+
+    with pytest.raises(LostContactError, match="the job was last seen running"):
+        make_sensor(hook).execute_complete(make_context(), event)
+
+    assert hook.calls == []  # the server may still be away: nothing read, nothing deleted
 
 
 def test_job_name_is_required() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from airflow.sdk.module_loading import import_string
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import make_job, succeeded_status
 
-STORED_FORMATS = sorted((Path(__file__).parents[2] / "fixtures" / "triggers").glob("*.json"))
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "triggers"
+STORED_FORMATS = sorted(FIXTURES.glob("*.json"))
 STORED_CONNECTION_ID = "k8s_inline"
 RUN_TIMEOUT = 10.0
 
@@ -44,27 +46,48 @@ def pointed_at(kwargs: dict[str, Any], server_url: str) -> dict[str, Any]:
 
 
 def test_there_is_a_stored_format_for_each_way_of_deferring() -> None:
-    names = {path.name.split("-", 1)[1] for path in STORED_FORMATS}
-    assert {"labelled_job.json", "name_watch.json", "stream_logs.json", "kueue.json"} <= names
-    assert "config_dict_shipped.json" in names
+    for prefix in ("v0", "v1"):
+        names = {path.name.split("-", 1)[1] for path in STORED_FORMATS if path.name.startswith(f"{prefix}-")}
+        assert {"labelled_job.json", "name_watch.json", "stream_logs.json", "kueue.json"} <= names
+        assert "config_dict_shipped.json" in names
+
+
+def test_the_newest_stored_format_is_todays_row() -> None:
+    """A change to ``serialize()`` comes with a new prefix of stored rows (the README of the fixtures)."""
+    newest = max(path.name.split("-", 1)[0] for path in STORED_FORMATS)
+    classpath, kwargs = stored(FIXTURES / f"{newest}-labelled_job.json")
+    today_classpath, today_kwargs = import_string(classpath)(**kwargs).serialize()
+
+    assert today_classpath == classpath
+    assert sorted(today_kwargs) == sorted(kwargs)
+
+
+def _connect_stored_connection_id(apiserver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stored connection id names a connection the triggerer reads (as the cncf triggers do).
+    extra = {"kube_config": json.dumps(apiserver.kubeconfig()), "namespace": "ml"}
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{STORED_CONNECTION_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
+    )
+
+
+async def _rebuilt_and_run(apiserver: Any, classpath: str, kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The trigger rebuilt from a row as Airflow's triggerer does (``trigger_class(**kwargs)``), run
+    against the fake API server until its job (which has succeeded) is reported."""
+    labelled = kwargs.get("uid") is not None  # an operator's job carries the label; a sensor's need not
+    labels = {TASK_INSTANCE_LABEL: "abc123"} if labelled else {}
+    await apiserver.put(make_job("train-abc", "ml", uid="uid-1", status=succeeded_status(), labels=labels))
+    trigger = import_string(classpath)(**pointed_at(kwargs, f"http://127.0.0.1:{apiserver.port}"))
+    return trigger, await asyncio.wait_for(_events(trigger), RUN_TIMEOUT)
 
 
 @pytest.mark.parametrize("path", STORED_FORMATS, ids=[path.stem for path in STORED_FORMATS])
 async def test_a_stored_trigger_rebuilds_and_sees_its_job_succeed(
     path: Path, apiserver: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The stored connection id names a connection the triggerer reads (as the cncf triggers do).
-    extra = {"kube_config": json.dumps(apiserver.kubeconfig()), "namespace": "ml"}
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{STORED_CONNECTION_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
-    )
+    _connect_stored_connection_id(apiserver, monkeypatch)
     classpath, kwargs = stored(path)
-    labelled = kwargs.get("uid") is not None  # an operator's job carries the label; a sensor's need not
-    labels = {TASK_INSTANCE_LABEL: "abc123"} if labelled else {}
-    await apiserver.put(make_job("train-abc", "ml", uid="uid-1", status=succeeded_status(), labels=labels))
 
-    trigger = import_string(classpath)(**pointed_at(kwargs, f"http://127.0.0.1:{apiserver.port}"))
-    events = await asyncio.wait_for(_events(trigger), RUN_TIMEOUT)
+    trigger, events = await _rebuilt_and_run(apiserver, classpath, kwargs)
 
     assert [(event.payload["status"], event.payload["state"]) for event in events] == [("success", "succeeded")]
     assert (events[0].payload["name"], events[0].payload["namespace"]) == ("train-abc", "ml")
@@ -76,3 +99,67 @@ async def test_a_stored_trigger_rebuilds_and_sees_its_job_succeed(
 
 async def _events(trigger: Any) -> list[Any]:
     return [event async for event in trigger.run()]
+
+
+async def test_a_row_written_by_a_newer_version_is_waited_on_without_its_unknown_keys(
+    apiserver: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rolling upgrade, newer worker to older triggerer: today's row plus keys a later version may add
+    (beside the others and inside the connection) rebuilds with a warning naming them, and waits."""
+    _connect_stored_connection_id(apiserver, monkeypatch)
+    classpath, kwargs = stored(FIXTURES / "v1-labelled_job.json")
+    # The trigger's own logger (Airflow's structlog) does not reach caplog; a stdlib one does.
+    monkeypatch.setattr(import_string(classpath), "log", logging.getLogger("tests.stored_trigger"))
+    newer = {
+        **kwargs,
+        "wait_policy": {"api_failure_tolerance": 900.0},
+        "connection": {**kwargs["connection"], "deployment": "prod"},
+    }
+
+    with caplog.at_level(logging.WARNING):
+        trigger, events = await _rebuilt_and_run(apiserver, classpath, newer)
+
+    assert [event.payload["status"] for event in events] == ["success"]
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert any("['wait_policy']" in message and "newer version" in message for message in warnings)
+    assert any("['deployment']" in message and "newer version" in message for message in warnings)
+    # What it writes again is today's row: the unknown keys are not carried on.
+    assert trigger.serialize() == (classpath, pointed_at(kwargs, f"http://127.0.0.1:{apiserver.port}"))
+
+
+def test_a_typo_in_a_connection_built_in_code_is_still_refused() -> None:
+    from airflow_provider_disttrain.connection import ClusterConnection
+
+    with pytest.raises(ValueError, match="unknown keys \\['conn_idd'\\]"):
+        ClusterConnection.from_dict({"conn_idd": "k8s"})
+
+
+REQUIRED_KWARGS = ("kind", "name", "namespace")
+TODAYS_OPTIONAL_KWARGS = sorted(set(stored(FIXTURES / "v1-labelled_job.json")[1]) - set(REQUIRED_KWARGS))
+
+
+@pytest.mark.parametrize("missing", TODAYS_OPTIONAL_KWARGS)
+def test_a_row_written_by_an_older_version_without_a_newer_key_takes_its_default(missing: str) -> None:
+    """Rolling upgrade, older worker to newer triggerer: a row without a key that came later rebuilds
+    with that key's default (the class's own, as a trigger made in code without it would have)."""
+    classpath, kwargs = stored(FIXTURES / "v1-labelled_job.json")
+    trigger_class = import_string(classpath)
+    older = {key: value for key, value in kwargs.items() if key != missing}
+
+    rebuilt = trigger_class(**older).serialize()[1]
+
+    defaults = trigger_class(**{key: kwargs[key] for key in REQUIRED_KWARGS}).serialize()[1]
+    assert rebuilt[missing] == defaults[missing]
+    assert {key: value for key, value in rebuilt.items() if key != missing} == older
+
+
+async def test_a_row_with_only_the_required_keys_waits_for_its_job(
+    apiserver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _connect_stored_connection_id(apiserver, monkeypatch)
+    classpath, kwargs = stored(FIXTURES / "v1-name_watch.json")
+    oldest = {**{key: kwargs[key] for key in REQUIRED_KWARGS}, "connection": kwargs["connection"]}
+
+    _, events = await _rebuilt_and_run(apiserver, classpath, oldest)
+
+    assert [event.payload["status"] for event in events] == ["success"]

@@ -62,3 +62,44 @@ async def test_waiting_for_quota_keeps_the_trigger_waiting(apiserver: Any) -> No
     await apiserver.put(queued_job(succeeded_status()))
 
     assert (await task)["status"] == "success"
+
+
+def replacement(situation: str, name: str, uid: str, created: str) -> dict[str, Any]:
+    """One of the Workloads Kueue made for the job (it replaces a job's Workload when it must: a new name
+    and uid, the same job-uid label, the predecessor deleted before or after)."""
+    workload = captured(situation)
+    workload["metadata"].update(name=name, uid=uid, creationTimestamp=created)
+    return workload
+
+
+async def test_the_verdict_of_a_replacement_workload_survives_the_predecessors_deletion(apiserver: Any) -> None:
+    await apiserver.put(queued_job(HELD))
+    await apiserver.put(
+        replacement("waiting-for-quota", "pytorchjob-train-abc-1", "wl-uid-1", START), plural="workloads"
+    )
+    task = await started(make_trigger(apiserver, queue_deadline=epoch(3600)), apiserver, watches=2)
+
+    # Kueue makes the successor first, then the predecessor's deletion arrives.
+    await apiserver.put(
+        replacement("exceeds-max-quota", "pytorchjob-train-abc-2", "wl-uid-2", "2030-01-01T00:00:00Z"),
+        plural="workloads",
+    )
+    await apiserver.remove("ml", "pytorchjob-train-abc-1", plural="workloads")
+
+    event = await task
+    assert event["status"] == "inadmissible"
+    assert "ExceedsMaxQuota" in event["message"]
+
+
+async def test_a_listed_workload_being_deleted_does_not_hide_its_successor(apiserver: Any) -> None:
+    await apiserver.put(queued_job(HELD))
+    successor = replacement("no-matching-flavor", "pytorchjob-train-abc-2", "wl-uid-2", "2030-01-01T00:00:00Z")
+    await apiserver.put(successor, plural="workloads")
+    going = replacement("waiting-for-quota", "pytorchjob-train-abc-3", "wl-uid-1", START)
+    going["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:01Z"  # held by a finalizer, listed after
+    await apiserver.put(going, plural="workloads")
+
+    event = await run_once(make_trigger(apiserver, queue_deadline=epoch(3600)))
+
+    assert event["status"] == "inadmissible"
+    assert "NoMatchingFlavor" in event["message"]

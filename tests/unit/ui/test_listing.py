@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.ui.listing import JobListCache, SharedListStore
+from airflow_provider_disttrain.ui.listing import SWEEP_SECONDS, JobListCache, NoAnswer, SharedListStore
 
 
 class Clock:
@@ -165,3 +168,79 @@ def test_a_cache_directory_others_can_read_is_refused(tmp_path: Path) -> None:
     tmp_path.chmod(0o755)
     with pytest.raises(PermissionError, match="must be this user's alone"):
         SharedListStore(tmp_path, "jobs")
+
+
+# -- bounded: waits, entries, files, and what a file is trusted with -----------------------------------
+
+
+def test_a_reader_waits_for_another_readers_list_a_bounded_time_then_takes_the_last_good_one():
+    clock, cluster = Clock(), Cluster()
+    cache = JobListCache(cluster.list, ttl=5, clock=clock)
+    cluster.release.clear()
+    first = threading.Thread(target=lambda: cache.jobs("ns", "MPIJob"))
+    first.start()
+    assert cluster.entered.wait(10)
+    with pytest.raises(NoAnswer, match=r"did not answer within 0\.1 s"):
+        cache.jobs("ns", "MPIJob", wait=0.1)  # nothing listed yet: no answer, at once
+    cluster.jobs[("ns", "MPIJob")] = [{"metadata": {"name": "m"}}]
+    cluster.release.set()
+    first.join(10)
+
+    clock.now += 5  # stale: the next reader LISTs, and that LIST hangs
+    cluster.release.clear()
+    cluster.entered.clear()
+    second = threading.Thread(target=lambda: cache.jobs("ns", "MPIJob"))
+    second.start()
+    assert cluster.entered.wait(10)
+    assert cache.jobs("ns", "MPIJob", wait=0.1) == [{"metadata": {"name": "m"}}]  # the last good LIST
+    cluster.release.set()
+    second.join(10)
+
+
+def test_a_worker_waits_for_another_workers_list_a_bounded_time(tmp_path: Path) -> None:
+    clock = Clock()
+    store = SharedListStore(tmp_path, "jobs")
+    cache = JobListCache(Cluster().list, ttl=5, clock=clock, store=store)
+    with store.locked(("ns", "PyTorchJob")):  # another worker is LISTing, and does not finish
+        with pytest.raises(NoAnswer):
+            cache.jobs("ns", "PyTorchJob", wait=0.2)
+        store.write(("ns", "PyTorchJob"), clock.now - 60, [{"metadata": {"name": "old"}}])
+        assert cache.jobs("ns", "PyTorchJob", wait=0.2) == [{"metadata": {"name": "old"}}]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"fetched_at": 10**12, "items": [{"metadata": {"name": "forged"}}]},  # the future: fresh for ever
+        {"fetched_at": "1000", "items": [{"metadata": {"name": "forged"}}]},
+        {"fetched_at": 1000.0, "items": ["<img src=x>"]},
+        {"fetched_at": 1000.0, "items": {"metadata": {}}},
+        ["not", "an", "entry"],
+    ],
+)
+def test_a_cache_file_that_is_not_what_a_worker_writes_is_not_served(tmp_path: Path, stored: Any) -> None:
+    clock, cluster = Clock(), Cluster()
+    store = SharedListStore(tmp_path, "jobs")
+    cache = JobListCache(cluster.list, ttl=5, clock=clock, store=store)
+    store._path(("ns", "PyTorchJob"), ".json").write_text(json.dumps(stored))
+    cluster.jobs[("ns", "PyTorchJob")] = [{"metadata": {"name": "real"}}]
+    assert cache.jobs("ns", "PyTorchJob") == [{"metadata": {"name": "real"}}]
+    assert len(cluster.calls) == 1
+
+
+def test_the_entries_are_bounded_in_number_and_age_and_idle_files_are_removed(tmp_path: Path) -> None:
+    clock, cluster = Clock(), Cluster()
+    store = SharedListStore(tmp_path, "pods")
+    cache = JobListCache(cluster.list, ttl=5, clock=clock, store=store, max_entries=10, idle=100)
+    for index in range(50):  # a job's tab each
+        cache.jobs("ns", f"PyTorchJob/job-{index}")
+    assert len(cache) == 10
+    clock.now += 101
+    assert len(cache) == 0  # none asked for within ``idle``
+    old = time.time() - 101
+    for path in tmp_path.iterdir():
+        os.utime(path, (old, old))
+    clock.now += SWEEP_SECONDS
+    cache.jobs("ns", "PyTorchJob/job-new")
+    assert sorted(path.suffix for path in tmp_path.iterdir()) == [".json", ".lock", ".lock"]  # job-new's, the counter
+    assert store.lists() == 51  # the counter stays

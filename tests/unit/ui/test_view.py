@@ -218,3 +218,43 @@ def test_the_newest_warning_events_come_first():
         "count": 7,
         "time": "2024-05-14T09:17:00Z",
     }
+
+
+def test_an_event_count_that_is_no_number_is_shown_as_one():
+    events = [{"type": "Warning", "reason": "r", "message": "m", "count": "<img src=x>", "lastTimestamp": "t"}]
+    assert [row["count"] for row in view.warning_events(events)] == [1]
+
+
+@pytest.mark.parametrize(("quantity", "gpus"), [(2, 2), ("2", 2), ("2E0", 2), ("1000m", 1), ("500m", 1), ("x", 0)])
+def test_gpu_limits_are_read_as_kubernetes_quantities(quantity: Any, gpus: int) -> None:
+    job = fixture("pytorchjob-running.yaml")
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": quantity}}
+    assert [row["gpus_per_replica"] for row in view.replicas(job)] == [gpus, gpus]
+
+
+def test_the_tab_finds_its_instances_job_of_this_deployment_or_of_before_the_label_never_anothers() -> None:
+    from airflow_provider_disttrain.naming import legacy_task_instance_key, task_instance_key, task_instance_labels
+
+    def job(name: str, labels: dict[str, str], created: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": labels, "creationTimestamp": created}}
+
+    ours = task_instance_labels("etl", "train", "r1", -1, 1, deployment_id="staging")
+    theirs = task_instance_labels("etl", "train", "r1", -1, 1, deployment_id="prod")
+    legacy = {key: value for key, value in ours.items() if key != "disttrain.airflow.apache.org/deployment"} | {
+        "disttrain.airflow.apache.org/task-instance": legacy_task_instance_key("etl", "train", "r1", -1)
+    }
+    key = task_instance_key("etl", "train", "r1", -1, "staging")
+    old_key = legacy_task_instance_key("etl", "train", "r1", -1)
+
+    # Prod's job is newer, and carries the legacy key's inputs too: never this deployment's tab's.
+    prods = job("prod", theirs, "2026-12-05T10:00:00Z")
+    assert view.newest_job_of([prods], key, old_key) is None
+    assert (
+        view.newest_job_of([job("old", legacy, "2026-12-05T09:00:00Z"), prods], key, old_key)["metadata"]["name"]
+        == "old"
+    )
+    found = view.newest_job_of(
+        [job("old", legacy, "2026-12-05T09:00:00Z"), job("new", ours, "2026-12-05T09:30:00Z"), prods], key, old_key
+    )
+    assert found is not None and found["metadata"]["name"] == "new"

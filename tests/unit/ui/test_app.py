@@ -1,0 +1,257 @@
+"""The UI's FastAPI app, real, behind fakes of Airflow's auth and database and of the cluster: who sees which
+jobs, what is masked and cached, and that a cluster that never answers cannot hold a request."""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from airflow_provider_disttrain.naming import task_instance_labels
+from airflow_provider_disttrain.ui import app as ui_app
+
+STATUS = Path(__file__).resolve().parents[2] / "fixtures" / "status"
+SECRET = "hf_0123456789abcdef"
+
+
+def running_job(name: str, dag_id: str, *, gpus: Any = 1) -> dict[str, Any]:
+    """A running PyTorchJob as the provider's task for ``dag_id`` made it, its pods asking ``gpus`` each."""
+    job = yaml.safe_load((STATUS / "pytorchjob-running.yaml").read_text())
+    job["metadata"].update(name=name, namespace="ml", labels=task_instance_labels(dag_id, "train", "r1", -1, 1))
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        for container in replica["template"]["spec"]["containers"]:
+            container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+            container["env"] = [{"name": "HF_TOKEN", "value": SECRET}, {"name": "EPOCHS", "value": "3"}]
+    return job
+
+
+class FakeSession:
+    """Airflow's database as the route reads it: the DAG ids it knows; no task instances."""
+
+    def __init__(self, dag_ids: list[str]) -> None:
+        self.dag_ids = dag_ids
+
+    def scalars(self, _statement: Any) -> Any:
+        return type("Rows", (), {"all": lambda _self: list(self.dag_ids)})()
+
+    def execute(self, _statement: Any) -> Any:
+        return type("Rows", (), {"all": lambda _self: []})()
+
+    def close(self) -> None:
+        pass
+
+
+class FakeAuthManager:
+    def __init__(self, readable: set[str]) -> None:
+        self.readable = readable
+
+    def get_authorized_dag_ids(self, **_kwargs: Any) -> set[str]:
+        return set(self.readable)
+
+
+@pytest.fixture
+def settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The UI's settings (one namespace, one kind, no shared cache, a 1 s budget); a fresh ``Cluster``."""
+    for option, value in {
+        "UI_CONN_ID": "disttrain_ui_test",
+        "UI_NAMESPACES": "ml",
+        "UI_KINDS": "PyTorchJob",
+        "UI_CACHE_DIR": "none",
+        "UI_REQUEST_TIMEOUT": "1",
+    }.items():
+        monkeypatch.setenv(f"AIRFLOW__DISTTRAIN__{option}", value)
+    ui_app._cluster.cache_clear()
+    yield
+    ui_app._cluster.cache_clear()
+
+
+def connect_to(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "ml"}}],
+        "current-context": "c",
+    }
+    connection = {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeconfig)}}
+    monkeypatch.setenv("AIRFLOW_CONN_DISTTRAIN_UI_TEST", json.dumps(connection))
+
+
+def client_for(monkeypatch: pytest.MonkeyPatch, readable: set[str], known: list[str]) -> TestClient:
+    """The plugin's app, its user allowed to read the DAGs ``readable`` of the ``known`` ones."""
+    from airflow.api_fastapi import app as airflow_app
+    from airflow.api_fastapi.common.db.common import _get_session
+    from airflow.api_fastapi.core_api.security import get_user
+
+    monkeypatch.setattr(airflow_app, "get_auth_manager", lambda: FakeAuthManager(readable))
+    app = ui_app.create_app()
+    app.dependency_overrides[get_user] = lambda: object()
+    app.dependency_overrides[_get_session] = lambda: FakeSession(known)
+    return TestClient(app)
+
+
+def fake_cluster(monkeypatch: pytest.MonkeyPatch, jobs: list[dict[str, Any]]) -> ui_app.Cluster:
+    """The process's ``Cluster``, its hook answering from ``jobs`` (one pod each, a Warning event, a log)."""
+    connect_to(monkeypatch, 1)  # never dialled: every read below is faked
+    state = ui_app.cluster()
+    hook = state.hook
+    monkeypatch.setattr(hook, "find_jobs", lambda kind, namespace, labels: copy.deepcopy(jobs))
+    monkeypatch.setattr(hook, "get_job", lambda kind, name, namespace: copy.deepcopy(jobs[0]))
+    pod = {
+        "metadata": {
+            "name": "job-a-master-0",
+            "namespace": "ml",
+            "labels": {"training.kubeflow.org/replica-type": "master"},
+        },
+        "spec": {"containers": [{"name": "pytorch", "env": [{"name": "DB_PASSWORD", "value": "p4ssw0rd-from-pod"}]}]},
+        "status": {"phase": "Running"},
+    }
+    monkeypatch.setattr(hook, "list_job_pods", lambda name, namespace, kind: [copy.deepcopy(pod)])
+    event = {"type": "Warning", "reason": "BackOff", "message": f"token {SECRET} refused", "count": 2}
+    monkeypatch.setattr(
+        hook,
+        "list_warning_events",
+        lambda namespace, names: [dict(event, involvedObject={"name": n}) for n in sorted(names)],
+    )
+    lines = f"loading with {SECRET}\nconnecting with p4ssw0rd-from-pod\nepoch 1"
+    monkeypatch.setattr(hook, "read_pod_log", lambda *args, **kwargs: lines)
+    return state
+
+
+def test_colliding_dag_ids_do_not_see_each_others_jobs(settings: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "etl" and "_etl" give the same DAG-id label ("etl"); 64-character ids sharing 63 do too.
+    long_a, long_b = "x" * 63 + "a", "x" * 63 + "b"
+    fake_cluster(
+        monkeypatch,
+        [
+            running_job("job-etl", "etl"),
+            running_job("job-under", "_etl"),
+            running_job("job-la", long_a),
+            running_job("job-lb", long_b),
+        ],
+    )
+    known = ["etl", "_etl", long_a, long_b]
+
+    for readable, expected in (
+        ({"etl"}, {("job-etl", "etl")}),
+        ({"_etl"}, {("job-under", "_etl")}),
+        ({long_b}, {("job-lb", long_b)}),
+        (set(), set()),
+    ):
+        answer = client_for(monkeypatch, readable, known).get("/api/jobs")
+        assert answer.status_code == 200, answer.text
+        assert {(row["name"], row["task_instance"]["dag_id"]) for row in answer.json()["jobs"]} == expected
+        assert answer.json()["gpus_per_namespace"] == ({"ml": 2} if expected else {})
+
+
+def test_a_job_made_before_the_dag_key_label_is_shown_only_when_its_label_names_one_dag(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    legacy = running_job("job-old", "etl")
+    del legacy["metadata"]["labels"]["disttrain.airflow.apache.org/dag-key"]
+    fake_cluster(monkeypatch, [legacy])
+
+    alone = client_for(monkeypatch, {"etl"}, ["etl"]).get("/api/jobs").json()["jobs"]
+    assert [(row["name"], row["task_instance"]["dag_id"]) for row in alone] == [("job-old", "etl")]
+    # Once "_etl" exists the label "etl" could be either DAG's: nobody is shown the job.
+    assert client_for(monkeypatch, {"etl"}, ["etl", "_etl"]).get("/api/jobs").json()["jobs"] == []
+    assert client_for(monkeypatch, {"etl", "_etl"}, ["etl", "_etl"]).get("/api/jobs").json()["jobs"] == []
+
+
+def test_a_gpu_quantity_written_unusually_counts_as_kubernetes_reads_it(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_cluster(
+        monkeypatch, [running_job("job-milli", "etl", gpus="1000m"), running_job("job-exp", "etl", gpus="2E0")]
+    )
+    answer = client_for(monkeypatch, {"etl"}, ["etl"]).get("/api/jobs")
+    assert answer.status_code == 200, answer.text
+    # Each job: Master and Worker, one active pod each.
+    assert {row["name"]: row["gpus_held"] for row in answer.json()["jobs"]} == {"job-milli": 2, "job-exp": 4}
+
+
+def test_what_the_tab_shows_is_masked_and_what_is_cached_holds_no_env(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = running_job("job-a", "etl")
+    job["status"]["conditions"][-1]["message"] = f"restarted: HF_TOKEN={SECRET} rejected"
+    state = fake_cluster(monkeypatch, [job])
+
+    (cached,) = state.cache.jobs("ml", "PyTorchJob")
+    (found,) = state.pods_and_events.jobs("ml", "PyTorchJob/job-a")
+    stored = json.dumps([cached, found])
+    assert SECRET not in stored and "p4ssw0rd-from-pod" not in stored
+    assert '"env"' not in stored and "last-applied" not in stored
+
+    detail = ui_app.view.job_detail(cached, now=0, pods=found["pods"], events=found["events"], log=found["log"])
+    assert detail["log"]["lines"] == ["loading with ***", "connecting with ***", "epoch 1"]
+    assert detail["events"][0]["message"] == "token *** refused"
+    assert any("HF_TOKEN=*** rejected" in c["message"] for c in detail["conditions"])
+    assert SECRET not in json.dumps(detail)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A server on 127.0.0.1 that accepts every connection and never answers; its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    listener.close()
+    for connection in accepted:
+        connection.close()
+
+
+def test_a_cluster_that_never_answers_gets_a_504_within_the_budget(
+    settings: None, monkeypatch: pytest.MonkeyPatch, silent_server: int
+) -> None:
+    connect_to(monkeypatch, silent_server)
+    client = client_for(monkeypatch, {"etl"}, ["etl"])
+    answers: list[Any] = []
+    # Several viewers at once: one LISTs (and times out), the others wait for it, for a bounded time.
+    requests = [threading.Thread(target=lambda: answers.append(client.get("/api/jobs"))) for _ in range(4)]
+    for request in requests:
+        request.start()
+    for request in requests:
+        request.join(30)  # far beyond the 1 s budget and tenacity's backoff: only a hung request stays
+    assert len(answers) == 4, "a request to the UI is still waiting for a cluster that never answers"
+    assert {answer.status_code for answer in answers} <= {502, 504}
+    assert any(answer.status_code == 504 and "did not answer within 1 s" in answer.text for answer in answers)
+
+
+def test_the_page_shows_this_deployments_jobs_and_older_unlabelled_ones_never_another_deployments(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Staging and prod run the same DAG against one namespace: the same DAG, task and run ids.
+    prod, staging = running_job("job-prod", "etl"), running_job("job-staging", "etl")
+    prod["metadata"]["labels"] = task_instance_labels("etl", "train", "r1", -1, 1, deployment_id="prod")
+    staging["metadata"]["labels"] = task_instance_labels("etl", "train", "r1", -1, 1, deployment_id="staging")
+    older = running_job("job-older", "etl")  # made before the deployment label existed
+    del older["metadata"]["labels"]["disttrain.airflow.apache.org/deployment"]
+    fake_cluster(monkeypatch, [prod, staging, older])
+    monkeypatch.setenv("AIRFLOW__DISTTRAIN__DEPLOYMENT_ID", "staging")
+
+    answer = client_for(monkeypatch, {"etl"}, ["etl"]).get("/api/jobs")
+
+    assert answer.status_code == 200, answer.text
+    assert {row["name"] for row in answer.json()["jobs"]} == {"job-staging", "job-older"}
