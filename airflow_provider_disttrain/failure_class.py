@@ -50,6 +50,8 @@ TRAINING, INFRASTRUCTURE = FailureClass.TRAINING, FailureClass.INFRASTRUCTURE
 #   terminated   a container's terminated reason (current or last state), with a non-zero exit or OOMKilled;
 #                "*" stands for any other reason of a non-zero exit
 #   event        a Warning (or Kueue) event's reason on the job or its pods
+#   refusal      a Warning event with which the job's controller refused it (``JobKind.refusal_event_reasons``);
+#                "*" stands for any of them: the job as written never runs, whatever a retry does
 #   job          the reason of the job's Failed condition
 #   log          what the failing container's last log lines show
 #   outcome      how the wait ended, when it was not the job failing ("timeout": a deadline passed)
@@ -65,6 +67,7 @@ REASONS: dict[tuple[str, str], tuple[FailureClass, int]] = {
     ("waiting", "RunContainerError"): (TRAINING, OWN),
     ("waiting", "InvalidImageName"): (TRAINING, OWN),
     ("log", "Traceback"): (TRAINING, OWN),
+    ("refusal", "*"): (TRAINING, OWN),
     # The infrastructure took the pods away.
     ("pod", "Evicted"): (INFRASTRUCTURE, DISRUPTION),
     ("pod", "NodeLost"): (INFRASTRUCTURE, DISRUPTION),
@@ -217,13 +220,14 @@ def traces(
     for event in events:
         involved = (event.get("involvedObject") or {}).get("name")
         message = str(event.get("message") or "").strip()
-        found.append(_Trace("event", str(event.get("reason")), f"{involved}: {event.get('reason')}: {message}"))
+        where = "refusal" if event.get("reason") in kind.refusal_event_reasons else "event"
+        found.append(_Trace(where, str(event.get("reason")), f"{involved}: {event.get('reason')}: {message}"))
     return found
 
 
 def _judged(trace: _Trace) -> tuple[FailureClass, int] | None:
     return REASONS.get((trace.where, trace.reason)) or (
-        REASONS.get((trace.where, "*")) if trace.where == "terminated" else None
+        REASONS.get((trace.where, "*")) if trace.where in ("terminated", "refusal") else None
     )
 
 

@@ -171,6 +171,16 @@ class JobKind:
     Job, ``<job>-launcher``), read beside the job's and its pods' events."""
     spec_integer_minimums: tuple[tuple[str, int], ...] = ()
     """Integer ``spec`` fields and their least value (an MPIJob's ``slotsPerWorker`` >= 1)."""
+    leader_required: bool = False
+    """Whether the kind's controller or webhook refuses a job without its leader replica (an MPIJob's
+    Launcher, an XGBoostJob's Master): a manifest without it gets the leader built from the operator's
+    parameters (``image``, ``command``), or is refused before anything is sent."""
+    refusal_event_reasons: frozenset[str] = frozenset()
+    """Reasons of the Warning events with which the kind's controller refuses a job it will never run,
+    writing no condition (the mpi-operator's ``ValidationError``): a wait ends at once on one of them.
+    The training-operator v1.9 checks its kinds in its admission webhook (a 403 at create, read by
+    ``hooks.rejections``); its controllers refuse none of them by event (``<Kind>FailedValidation`` is
+    written only for its own v1 MPIJob, which the provider does not submit), so they have none here."""
     pod_name_suffix: str = "-{replica}-{index}"
     """What the operator appends to the job's name to name a pod (and its service), for the longest
     name that fits: the Kubeflow operators' ``<job>-<replica>-<index>``; JobSet's
@@ -261,6 +271,11 @@ JOB_KINDS: dict[str, JobKind] = {
                 ("launcherCreationPolicy", frozenset({"AtStartup", "WaitForWorkersReady"})),
             ),
             event_object_suffixes=("-launcher",),
+            # mpi-operator v0.8 validates in its controller (pkg/controller/mpi_job_controller.go syncHandler:
+            # ValidateMPIJob, then a Warning event ``ValidationError``, no condition, no requeue); its
+            # validation requires the Launcher replica spec (pkg/apis/kubeflow/validation).
+            leader_required=True,
+            refusal_event_reasons=frozenset({"ValidationError"}),
             status=StatusShape(suspension_without_history_reason="MPIJobSuspended"),
             spec_integer_minimums=(("slotsPerWorker", 1),),
         ),
@@ -280,6 +295,8 @@ JOB_KINDS: dict[str, JobKind] = {
             container_name="xgboost",
             leader_replica="Master",
             builder=BuildDefaults(port=9999, port_name="xgboostjob-port", leader_replica="Master"),
+            # The training-operator v1.9 webhook: "spec.xgbReplicaSpecs[Master]: Required value: must be present".
+            leader_required=True,
         ),
         JobKind(
             resource=ApiResource("PaddleJob", _V1_GROUP, "v1", "paddlejobs"),

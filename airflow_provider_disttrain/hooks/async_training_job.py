@@ -17,6 +17,7 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHo
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from airflow_provider_disttrain.controller_refusal import warning_events_selector
 from airflow_provider_disttrain.hooks.api_errors import delete_body, means_job_absent, retry_transient
 from airflow_provider_disttrain.kinds import JobKind
 
@@ -51,6 +52,16 @@ class AsyncJobClient:
         """The job's pods (by the kind's job-name label) as the API server wrote them (no models built)."""
         listing: Any = await self._core.list_namespaced_pod(
             namespace, label_selector=f"{kind.pod_labels.job_name}={name}", _preload_content=False
+        )
+        async with listing:
+            await raise_for_status(listing)
+            return list((await listing.json()).get("items") or [])
+
+    @retry_transient(attempts=3)
+    async def list_warning_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The Warning events about the object ``name``, selected by the API server (as the sync hook's)."""
+        listing: Any = await self._core.list_namespaced_event(
+            namespace, field_selector=warning_events_selector(name), _preload_content=False
         )
         async with listing:
             await raise_for_status(listing)

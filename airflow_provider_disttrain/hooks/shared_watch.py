@@ -169,6 +169,10 @@ class Subscription:
         """GET the job by name (None when it does not exist), through the watch's shared client."""
         return await self.watch.read(self.name)
 
+    async def warning_events(self) -> list[dict[str, Any]]:
+        """The Warning events about the job (``controller_refusal``), through the watch's shared client."""
+        return await self.watch.warning_events(self.name)
+
     async def read_view(self) -> dict[str, Any] | None:
         """``read()``, trimmed as the watch caches jobs: what a waiter keeps of a job it looked up costs
         what the cache's copy does, not its whole spec (a sensor holds it for the whole wait)."""
@@ -499,6 +503,12 @@ class SharedWatch:
         assert isinstance(self.kind, JobKind) and not self.key.index_label
         async with self.cluster.short_request() as (api, _):
             return await AsyncJobClient(api).get_job(self.kind, name, self.key.namespace)
+
+    async def warning_events(self, name: str) -> list[dict[str, Any]]:
+        from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
+
+        async with self.cluster.short_request() as (api, _):
+            return await AsyncJobClient(api).list_warning_events(self.key.namespace, name)
 
 
 class WatchRegistry:

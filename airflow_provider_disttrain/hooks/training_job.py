@@ -17,6 +17,7 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from kubernetes import client
 
 from airflow_provider_disttrain.connection import ClusterConnection, minimal_kubeconfig
+from airflow_provider_disttrain.controller_refusal import warning_events_selector
 from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_not_running, pods_with_problems
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, TrainingJobError
 from airflow_provider_disttrain.failure_class import FailureCause, classify
@@ -370,7 +371,7 @@ class TrainingJobHook(KubernetesHook):
         for name in sorted(object_names):
             try:
                 events = self.core_v1_client.list_namespaced_event(
-                    namespace, field_selector=f"type=Warning,involvedObject.name={name}"
+                    namespace, field_selector=warning_events_selector(name)
                 )
             except Exception as error:
                 raise_for_access(error, f"list events of {namespace}/{name}")

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.manifest.pod_validation import env_entries, validate_job_parameters
 from airflow_provider_disttrain.parameters import PodOptions, RunPolicy
@@ -40,8 +41,11 @@ class JobParameters:
     pod_options: PodOptions = field(default_factory=PodOptions)
     spec_fields: Mapping[str, Any] | None = None
     """Kind-specific ``spec`` fields (elasticPolicy, slotsPerWorker, ...), deep-merged into the spec."""
-    with_leader: bool = True
-    """Whether a job built from scratch gets the kind's leader replica (an elastic PyTorchJob has none)."""
+    with_leader: bool | None = None
+    """Whether the job gets the kind's leader replica. True: built from these parameters, also beside a
+    manifest without one; False: a job built from scratch gets none (an elastic PyTorchJob); None: a job
+    built from scratch gets one, and so does a manifest without the leader its controller requires
+    (``JobKind.leader_required``) when ``image`` is given."""
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,7 +98,7 @@ def canonical_replica_specs(kind: JobKind, specs: Mapping[str, Any]) -> dict[str
 
 def _skeleton(kind: JobKind, params: JobParameters) -> dict[str, Any]:
     replica_specs: dict[str, Any] = {}
-    if kind.builder.leader_replica and params.with_leader:
+    if kind.builder.leader_replica and params.with_leader is not False:
         replica_specs[kind.builder.leader_replica] = {"replicas": 1, "restartPolicy": kind.builder.restart_policy}
     replica_specs[kind.worker_replica] = {
         "replicas": params.num_workers if params.num_workers is not None else 1,
@@ -106,6 +110,51 @@ def _skeleton(kind: JobKind, params: JobParameters) -> dict[str, Any]:
         "metadata": {},
         "spec": {kind.replica_specs_key: replica_specs},
     }
+
+
+def _leader_to_build(kind: JobKind, replica_specs: Mapping[str, Any], params: JobParameters) -> str | None:
+    """The leader replica a manifest lacks that the parameters build, if any.
+
+    Built when asked for (``with_leader=True``), or when the kind's controller refuses a job without it
+    (an MPIJob's Launcher) and ``image`` says what it runs: such a manifest overrides the other
+    replicas, and the parameters (an MPIJob's ``command`` is the launcher's) would otherwise be dropped
+    with the replica. A leader a valid manifest leaves out on purpose (a PyTorchJob of Workers only,
+    an elastic one) is not added unasked. Without ``image`` none is built, and validation names it.
+    """
+    leader = kind.builder.leader_replica
+    if leader is None or params.with_leader is False:
+        return None
+    # Also one in another case (``launcher``), which validation names (the mpi-operator matches exactly).
+    leaders = {name.casefold() for name in (leader, *kind.leader_aliases)}
+    if any(str(name).casefold() in leaders for name in replica_specs):
+        return None
+    if params.with_leader or (kind.leader_required and params.image is not None):
+        return leader
+    return None
+
+
+def _refuse_dropped_parameters(kind: JobKind, replica_specs: Mapping[str, Any], params: JobParameters) -> None:
+    """A parameter that no replica of the built job takes is an error naming it, never silently dropped."""
+    present = {kind.canonical_replica_type(name) or name for name in replica_specs}
+    if params.resources and not set(params.resources) <= _RESOURCE_KEYS:
+        for key in params.resources:
+            if (replica := kind.canonical_replica_type(key) or key) not in present:
+                raise InvalidJobSpecError(
+                    f"replica_resources.{key}",
+                    f"names a {replica} replica, and this {kind.kind} has none (it has "
+                    f"{', '.join(sorted(present))}): these resources would be dropped",
+                )
+    leader = kind.builder.leader_replica
+    if kind.builder.worker_command is not None and leader and not present - {kind.worker_replica}:
+        # The kind's workers run the builder's own command (MPI: sshd); only the leader runs the user's.
+        for name in ("command", "args"):
+            if getattr(params, name) is not None:
+                raise InvalidJobSpecError(
+                    name,
+                    f"would be dropped: a {kind.kind} runs it in its {leader} (its {kind.worker_replica}s "
+                    f"serve SSH), and this job has no {leader}; write spec.{kind.replica_specs_key}.{leader} in "
+                    "job_manifest, or give image= to have it built from the parameters",
+                )
 
 
 def _main_container(kind: JobKind, pod_spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -205,12 +254,17 @@ def build_manifest(
         # Left for validation to report with the field's path.
         return manifest
     replica_specs = spec[kind.replica_specs_key] = canonical_replica_specs(kind, replica_specs)
+    if (leader := _leader_to_build(kind, replica_specs, params)) is not None:
+        # First, as the builder orders the replicas of a job it makes.
+        built = {"replicas": 1, "restartPolicy": kind.builder.restart_policy}
+        replica_specs = spec[kind.replica_specs_key] = {leader: built, **replica_specs}
     if params.num_workers is not None:
         worker = replica_specs.setdefault(kind.worker_replica, {"restartPolicy": kind.builder.restart_policy})
         worker["replicas"] = params.num_workers
     for replica_type, replica in replica_specs.items():
         if isinstance(replica, dict):
             _apply_to_replica(kind, replica_type, replica, params)
+    _refuse_dropped_parameters(kind, replica_specs, params)
 
     run_policy = params.run_policy.to_spec()
     if run_policy:

@@ -2,8 +2,9 @@
 
 The training-operator's validating webhook is often not installed, and the mpi-operator validates
 only in its controller (an invalid MPIJob gets a Warning event and never a status), so a job the
-operators would reject can sit in the cluster forever. Every rule the operators enforce, and every
-mistake that silently breaks a job, is checked here with an error naming the field.
+operators would reject is created and only its events say why (a wait ends on such an event:
+``controller_refusal``). Every rule the operators enforce, and every mistake that silently breaks a
+job, is checked here with an error naming the field, before anything is sent.
 """
 
 from __future__ import annotations
@@ -177,6 +178,13 @@ def _validate_replicas(kind: JobKind, manifest: Mapping[str, Any]) -> None:
         _validate_container(kind, pod_spec, f"{replica_field}.template.spec")
         validate_pod_spec(pod_spec, f"{replica_field}.template.spec")
         _validate_metadata(template.get("metadata"), f"{replica_field}.template.metadata")
+    if kind.leader_required and kind.leader_replica and not present:
+        # The mpi-operator would only say so in a Warning event, after the job was created.
+        raise InvalidJobSpecError(
+            f"{field}.{kind.leader_replica}",
+            f"is required: the {kind.kind} operator refuses a job without a {kind.leader_replica}; write it in "
+            "job_manifest, or give image= (and command=) to have it built from the parameters",
+        )
 
 
 def _validate_spec_fields(kind: JobKind, manifest: Mapping[str, Any]) -> None:

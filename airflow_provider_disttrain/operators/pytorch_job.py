@@ -6,6 +6,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JobKind
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.parameters import nproc_per_node as valid_nproc_per_node
@@ -72,7 +73,8 @@ class PyTorchJobOperator(TrainingJobOperator):
         rendezvous (from this parameter or ``job_manifest``) get ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
         unless their ``env`` names it: with torch >= 2.4, a worker joining later would stall the group.
     :param with_master: give a job built from parameters a Master replica; default: yes, unless the job
-        is elastic (torchrun's rendezvous replaces the Master there).
+        is elastic (torchrun's rendezvous replaces the Master there). A ``job_manifest`` keeps its own
+        replicas by default; ``True`` builds a Master from the parameters beside a manifest without one.
     """
 
     fixed_kind = "PyTorchJob"
@@ -100,8 +102,19 @@ class PyTorchJobOperator(TrainingJobOperator):
             fields["elasticPolicy"] = elastic_policy_spec(self.elastic_policy)
         return fields
 
-    def builds_leader(self) -> bool:
-        return self.with_master if self.with_master is not None else self.elastic_policy is None
+    def builds_leader(self) -> bool | None:
+        if self.with_master is not None:
+            return self.with_master
+        return None if self.elastic_policy is None else False
 
     def assemble_manifest(self) -> dict[str, Any]:
-        return with_unshared_rendezvous_store(self.job_kind, super().assemble_manifest())
+        manifest = super().assemble_manifest()
+        kind = self.job_kind
+        specs = (manifest.get("spec") or {}).get(kind.replica_specs_key) or {}
+        has_master = any(kind.canonical_replica_type(name) == kind.leader_replica for name in specs)
+        if self.with_master is False and has_master:
+            # Not silently ignored: the manifest's Master would run although the parameter says none.
+            raise InvalidJobSpecError(
+                "with_master", f"is False, and job_manifest has a {kind.leader_replica}: remove one of them"
+            )
+        return with_unshared_rendezvous_store(kind, manifest)

@@ -82,9 +82,10 @@ class TrainingJobOperator(BaseTrainingJobOperator):
         """The kind-specific ``spec`` fields the subclass's own parameters set (deep-merged into the spec)."""
         return {}
 
-    def builds_leader(self) -> bool:
-        """Whether a job built from parameters gets the kind's leader replica beside the workers."""
-        return True
+    def builds_leader(self) -> bool | None:
+        """Whether the job gets the kind's leader replica beside the workers (``JobParameters.with_leader``);
+        None: the builder's default (a job built from scratch does, a manifest keeps its own choice)."""
+        return None
 
     def job_parameters(self) -> JobParameters:
         return JobParameters(

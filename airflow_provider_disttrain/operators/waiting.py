@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import tenacity
 
+from airflow_provider_disttrain.controller_refusal import RefusalLooks, read_refusal, refused
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import Action, classify
 from airflow_provider_disttrain.logs import LogForwarder
@@ -85,6 +86,7 @@ def poll_until_over(
 
     forwarder = LogForwarder(hook, kind, ref.name, ref.namespace, log_replicas, log)
     kueue = KueueWaitReporter(hook, log)
+    refusal_looks = RefusalLooks(kind)
     last_state: JobState | None = None
     last_job: Mapping[str, Any] | None = None
     last_seen_at: float | None = None
@@ -118,6 +120,8 @@ def poll_until_over(
         ):
             forwarder.forward()
             return outcome
+        if refusal_looks.due(job, now) and (words := read_refusal(hook, kind, ref, job, log)):
+            return refused(ref, job or {}, words)
         state = job_state(job or {})
         if state != last_state:
             log.info("%s is %s", ref.title, describe_state(job or {}))

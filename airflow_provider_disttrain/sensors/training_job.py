@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from airflow_provider_disttrain import outcome as outcomes
+from airflow_provider_disttrain.controller_refusal import RefusalLooks, read_refusal, refused
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.exceptions import (
     JobFailedError,
@@ -17,6 +18,7 @@ from airflow_provider_disttrain.exceptions import (
     classed_error,
 )
 from airflow_provider_disttrain.gpus import gpus_per_replica
+from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.operators.ending import masked, publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.outcome import JobRef
@@ -49,6 +51,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         super().__init__(**kwargs)
         self.deferrable = deferrable
         self._kueue_reporter: KueueWaitReporter | None = None
+        self._looks: RefusalLooks | None = None  # when to read the job's Warning events (``controller_refusal``)
 
     def wall_clock(self) -> float:
         """Epoch seconds on the worker's clock (a test replaces it)."""
@@ -78,9 +81,20 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
             waiting_reason=waiting_reason,
             never_admitted=self._kueue().never_admitted,
         )
+        if outcome is None and job is not None and (words := self._refusal(ref, job)):
+            outcome = refused(ref, job, words)
         if outcome is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self._result(outcome))
+
+    def _refusal(self, ref: JobRef, job: dict[str, Any]) -> str | None:
+        """The controller's refusal of the job (``controller_refusal``), looked for at most once per interval
+        (the looks are kept across pokes of one try, as the Kueue reporter is)."""
+        if self._looks is None:
+            self._looks = RefusalLooks(get_job_kind(ref.kind))
+        if not self._looks.due(job, self.wall_clock()):
+            return None
+        return read_refusal(self.hook, self._looks.kind, ref, job, self.log)
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:

@@ -24,6 +24,7 @@ from airflow_provider_disttrain import clock as clocks
 from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.connection import ClusterConnection
+from airflow_provider_disttrain.controller_refusal import RefusalLooks, refusal, refused
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.gpus import gpus_held
 from airflow_provider_disttrain.hooks.api_errors import describe_error
@@ -191,6 +192,7 @@ class TrainingJobTrigger(BaseTrigger):
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
         self._progress = ProgressTracker(interval=progress_interval)
+        self._looks: RefusalLooks | None = None  # when to read the job's Warning events (``controller_refusal``)
         self.clock: Clock | None = None
         """What tells the time (deadlines, outage lengths); the running loop's clock unless set."""
 
@@ -358,11 +360,34 @@ class TrainingJobTrigger(BaseTrigger):
                     if outcome := self._check(found):
                         return outcome
                     last_job = found
+            if outcome := await self._look_for_refusal(last_job, subscription):
+                return outcome
             if outcome := self._judge_problem(subscription.problem, subscription.watch.ever_synced, last_job):
                 return outcome
             if outcome := await self._check_deadline_unseen(last_job, subscription):
                 return outcome
             await subscription.wait(self._next_wake(subscription.problem, last_job))
+
+    @property
+    def _refusal_looks(self) -> RefusalLooks:
+        if self._looks is None:
+            self._looks = RefusalLooks(get_job_kind(self.kind))
+        return self._looks
+
+    async def _look_for_refusal(self, job: dict[str, Any] | None, subscription: Subscription) -> dict[str, Any] | None:
+        """The refusal outcome when the job's controller refused it (``controller_refusal``): its Warning
+        events are read while it has no condition, at most every ``LOOK_EVERY_SECONDS`` (the job itself
+        never changes then, so ``_next_wake`` brings the trigger back for the next look)."""
+        looks = self._refusal_looks
+        if job is None or not looks.due(job, self._clock().wall()):
+            return None
+        try:
+            events = await subscription.warning_events()
+        except Exception as error:  # a look that failed only delays the answer to the next one
+            self.log.warning("Could not read the Warning events of %s (%s)", self.ref.title, describe_error(error))
+            return None
+        words = refusal(looks.kind, job, events)
+        return refused(self.ref, job, words) if words else None
 
     async def _read_quietly(self, subscription: Subscription) -> dict[str, Any] | None:
         """One GET of the job to confirm the watch's view before a deadline is judged on it; None when
@@ -464,7 +489,11 @@ class TrainingJobTrigger(BaseTrigger):
             # A deadline that passed without ending the wait cannot be judged yet (the watch has not
             # listed the job): wake when the watch changes, never spin.
             remaining = None
-        waits = [remaining, self._progress.seconds_until_due(clock.wall())]
+        waits = [
+            remaining,
+            self._progress.seconds_until_due(clock.wall()),
+            self._refusal_looks.seconds_until_due(job, clock.wall()),
+        ]
         if problem is not None and not problem.fatal:
             limit = _ACCESS_DENIED_GRACE_SECONDS if problem.denied else self.api_failure_tolerance
             waits.append(max(0.0, problem.since + limit - clock.monotonic()) + 0.01)

@@ -110,8 +110,10 @@ class FakeApiServer:
             "patch": [],
             "pods": [],
             "log": [],
+            "events": [],
         }
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.core_events: list[dict[str, Any]] = []  # core v1 Events (what a controller records), any namespace
         self.pod_logs: dict[tuple[str, str], list[str]] = {}
         self.ended_logs: set[tuple[str, str]] = set()
         self.open_log_streams = 0
@@ -140,6 +142,7 @@ class FakeApiServer:
         # Kueue's visibility API (an aggregated API on a real cluster), answered from the Workloads held.
         app.router.add_get(prefix + "/{name}/pendingworkloads", self._pending_workloads)
         app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._list_pods)
+        app.router.add_get("/api/v1/namespaces/{namespace}/events", self._list_events)
         app.router.add_get("/api/v1/namespaces/{namespace}/pods/{name}/log", self._pod_log)
         self._runner = web.AppRunner(app, handler_cancellation=True)
         await self._runner.setup()
@@ -404,6 +407,27 @@ class FakeApiServer:
         namespace, labels = request.match_info["namespace"], request.query.get("labelSelector", "")
         items = [pod for (ns, _), pod in sorted(self.pods.items()) if ns == namespace and _matches(pod, labels, "")]
         return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+
+    async def _list_events(self, request: web.Request) -> web.Response:
+        """Core v1 Events of a namespace, selected by ``type`` and ``involvedObject.name`` as kube-apiserver's
+        field selector does (the only fields the provider selects on)."""
+        if refusal := self._refusal(request, "events"):
+            return refusal
+        namespace = request.match_info["namespace"]
+        wanted = dict(
+            term.partition("=")[::2] for term in filter(None, request.query.get("fieldSelector", "").split(","))
+        )
+        items = [
+            event
+            for event in self.core_events
+            if (event.get("metadata") or {}).get("namespace", namespace) == namespace
+            and ("type" not in wanted or event.get("type") == wanted["type"])
+            and (
+                "involvedObject.name" not in wanted
+                or (event.get("involvedObject") or {}).get("name") == wanted["involvedObject.name"]
+            )
+        ]
+        return web.json_response({"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items})
 
     async def _pod_log(self, request: web.Request) -> web.StreamResponse:
         if refusal := self._refusal(request, "log"):

@@ -564,6 +564,9 @@ class _InMemorySubscription:
     async def read_view(self) -> dict[str, Any] | None:
         return await self.read()
 
+    async def warning_events(self) -> list[dict[str, Any]]:
+        return self.cluster.list_warning_events(self.namespace, {self.name})
+
     async def wait(self, timeout: float | None) -> None:
         await asyncio.sleep(0.01 if timeout is None else min(0.01, timeout))
 

@@ -181,6 +181,6 @@ def test_a_healthy_running_pod_says_nothing(load_yaml: Callable[[str], dict[str,
 
 
 def test_every_reason_in_the_table_is_classed_and_placed() -> None:
-    places = {"pod", "disruption", "scheduling", "waiting", "terminated", "event", "job", "log", "outcome"}
+    places = {"pod", "disruption", "scheduling", "waiting", "terminated", "event", "refusal", "job", "log", "outcome"}
     assert {where for where, _ in REASONS} <= places
     assert {cls for cls, _ in REASONS.values()} == {TRAINING, INFRASTRUCTURE}
