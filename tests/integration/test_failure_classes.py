@@ -102,7 +102,8 @@ def assert_retried_as_infrastructure(result: Any, output: str, reason: str, evid
 def test_a_job_that_never_gets_room_is_the_infrastructures_failure_and_is_retried(
     namespace: str, run_dag: Any, jobs: Any, capfd: pytest.CaptureFixture[str], deferrable: bool
 ) -> None:
-    # 64 GPUs in one pod (the most the provider accepts): no node has them, the scheduler leaves the pods Pending until the deadline.
+    # 64 GPUs in one pod (the most the provider accepts): no node has them, the scheduler leaves the pods
+    # Pending until the deadline.
     command = ["python", "train.py"]
     result = _run(run_dag, "infrafail", command=command, gpus=64, deferrable=deferrable, startup_timeout=5)
 

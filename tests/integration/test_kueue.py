@@ -25,8 +25,9 @@ import pytest
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import LOCAL_QUEUE, REPO, training_dag, unique_dag_id
 
-# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
-pytestmark = pytest.mark.xdist_group("gpus")
+# Needs the nodes' GPUs free for its jobs to run when Kueue admits them (all 16, or 4 at once per queue),
+# while many other tests' jobs (the example DAGs', manifests') ask GPUs too: run alone, after the parallel pass.
+pytestmark = pytest.mark.serial
 
 RUN_SECONDS = 25
 STARTUP_TIMEOUT = 15  # shorter than the third job's wait in the queue: queue time must not count

@@ -27,8 +27,9 @@ import pytest
 from tests.integration.conftest import KUEUE, create_queue, unique_dag_id
 from tests.integration.test_kueue import _airflow_home, _workloads
 
-# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
-pytestmark = pytest.mark.xdist_group("gpus")
+# Needs the nodes' GPUs free for its jobs to run when Kueue admits them (all 16, or 4 at once per queue),
+# while many other tests' jobs (the example DAGs', manifests') ask GPUs too: run alone, after the parallel pass.
+pytestmark = pytest.mark.serial
 
 PRIORITIES = {"disttrain-it-low": 100, "disttrain-it-high": 10_000}
 LOW_RUN_SECONDS = 90  # long enough to be preempted while it runs, even when a DAG run takes long to start
