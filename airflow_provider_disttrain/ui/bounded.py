@@ -71,8 +71,11 @@ class TimedApi:
             left = budget.left()
             if left is not None and left <= 0:
                 raise budget.spent()
-            # Outside a request (no deadline) a call still has a bound: the budget's length.
-            kwargs["_request_timeout"] = budget.seconds if left is None else left
+            # Outside a request (no deadline) a call still has a bound: the budget's length. As a (connect,
+            # read) pair: kubernetes < 33 ignores a float timeout (only an int or a pair becomes a
+            # urllib3 Timeout), and the budget's seconds left are rarely whole.
+            seconds = budget.seconds if left is None else left
+            kwargs["_request_timeout"] = (seconds, seconds)
             try:
                 return call(*args, **kwargs)
             except Exception as error:
