@@ -45,9 +45,19 @@ class NodeClockAhead:
         await self.clock.sleep(seconds)
 
 
-async def run_to_the_end(apiserver: Any, **trigger_kwargs: Any) -> None:
+async def run_to_the_end(
+    apiserver: Any, *, last_line: tuple[list[MutableMapping[str, Any]], str] | None = None, **trigger_kwargs: Any
+) -> None:
+    """Run the trigger until the log is written out (and, given ``last_line`` as ``(logged, line)``, until
+    the trigger has said that line), then let the job succeed. The server closing the stream is not the
+    trigger having read it: a trigger ended by the job's success stops reading (the task's final copy
+    adds the rest), so a story about what the live log shows waits for its last line first."""
     task = await started(make_trigger(apiserver, stream_logs=True, **trigger_kwargs), apiserver)
     await until(lambda: apiserver.open_log_streams == 0 and bool(apiserver.queries("log")))
+    if last_line is not None:
+        events, line = last_line
+        # Reading megabytes is real I/O: loop time runs on meanwhile, so the bound is generous.
+        await until(lambda: said(events)[-1:] == [line], within=3600)
     await apiserver.put(job(succeeded_status()))
     assert (await task)["status"] == "success"
 
@@ -67,7 +77,7 @@ async def test_a_node_clock_ahead_of_the_triggerers_loses_no_line_after_a_restar
     running["metadata"]["annotations"] = {LOG_POSITION_ANNOTATION: encode_position(MASTER, position)}
     await apiserver.put(running)
 
-    await run_to_the_end(apiserver)
+    await run_to_the_end(apiserver, last_line=(logged, "written while no trigger ran"))
 
     assert said(logged) == ["written while no trigger ran"]
 
@@ -88,7 +98,7 @@ async def test_a_line_longer_than_any_buffer_is_cut_and_the_lines_after_it_follo
     await apiserver.end_log(NAMESPACE, MASTER)
     await apiserver.put(job(running_status()))
 
-    await run_to_the_end(apiserver, stream_logs_bytes_per_second=1_000_000)
+    await run_to_the_end(apiserver, last_line=(logged, "after"), stream_logs_bytes_per_second=1_000_000)
 
     lines = said(logged)
     assert lines[0] == "before"
@@ -109,7 +119,7 @@ async def test_terminal_control_sequences_never_reach_the_task_log(
     await apiserver.end_log(NAMESPACE, MASTER)
     await apiserver.put(job(running_status()))
 
-    await run_to_the_end(apiserver)
+    await run_to_the_end(apiserver, last_line=(logged, "loss=0.5\tlr=0.1"))
 
     assert said(logged) == ["loss=0.5\tlr=0.1"]
 
