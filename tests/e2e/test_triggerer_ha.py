@@ -1,9 +1,16 @@
-"""Two triggerers share 200 deferred training tasks; one is lost (SIGKILL to it and its supervisor, as
+"""Two triggerers share 50 deferred training tasks; one is lost (SIGKILL to it and its supervisor, as
 when its node goes away). Airflow moves its triggers to the other triggerer, which takes up the waits:
 every task succeeds, each task instance created exactly one job (counted as ADDED events of a watch
 started before the run, so a duplicate created and deleted again would show), and no job was deleted.
 The jobs are created suspended and released once the takeover is done, so the test does not race the
-machine's speed; each triggerer's memory is reported while it holds its share, and after the takeover."""
+machine's speed; each triggerer's memory is reported while it holds its share, and after the takeover.
+
+Fifty tasks, not the 200 this test once deferred: the takeover path (Airflow reassigning a lost
+triggerer's rows, the survivor's shared watch subscribing them, no job created twice or deleted) is the
+same at any count that gives both triggerers a share, and starting 200 task processes twice (defer,
+then resume) cost five minutes of the 2-core CI machine. How the triggerer behaves at hundreds and
+thousands of waits is what bench/trigger_scale.py (N=200 and 1,000 in one triggerer process) and
+bench/finish_latency_e2e.py (this deployment, any --count) measure."""
 
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ from tests.e2e.conftest import (
 )
 
 DAG_ID = "disttrain_e2e_fanout"
-COUNT = 200
+COUNT = 50
 
 
 @pytest.fixture
@@ -50,7 +57,7 @@ def holders(airflow: AirflowRest, run_id: str) -> Counter[int]:
 
 
 @pytest.mark.timeout(2400)
-def test_two_triggerers_share_200_deferred_tasks_and_one_takes_over_when_the_other_is_lost(
+def test_two_triggerers_share_50_deferred_tasks_and_one_takes_over_when_the_other_is_lost(
     e2e_dags: AirflowRest, runs: list[tuple[str, str]], cluster: Cluster, triggerers: tuple[Process, Process]
 ) -> None:
     airflow = e2e_dags

@@ -12,8 +12,8 @@ import pytest
 
 from tests.integration.conftest import unique_dag_id
 
-# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
-pytestmark = pytest.mark.xdist_group("executing")
+# The training-class tests train for real on the executing node (CPU-bound): they join the
+# executing-node tests' xdist_group, one such test at a time. The infrastructure-class ones run on kwok.
 
 POLICY_DAG = """
 import datetime
@@ -62,6 +62,7 @@ def _tries(result: Any) -> int:
     return int(ti.try_number)
 
 
+@pytest.mark.xdist_group("executing")
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_a_training_script_that_raises_fails_the_task_at_once_with_the_training_class(
     executing: str, run_dag: Any, jobs: Any, capfd: pytest.CaptureFixture[str], deferrable: bool

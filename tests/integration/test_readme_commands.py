@@ -13,8 +13,9 @@ import pytest
 
 from tests.readme import README, block_under
 
-# Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
-pytestmark = pytest.mark.xdist_group("executing")
+# `make demo` trains for real on the executing node (CPU-bound): it joins the executing-node tests'
+# xdist_group, one such test at a time. The other commands run on kwok's nodes or on no cluster at all,
+# and run beside any test.
 
 REPO = README.parent
 
@@ -69,6 +70,7 @@ def test_testing_your_own_dags_on_the_local_cluster(tmp_path, admin_api):
     assert "state=success" in result.stdout + result.stderr
 
 
+@pytest.mark.xdist_group("executing")
 def test_make_demo_summarises_a_successful_run(tmp_path, admin_api):
     result = _bash("make demo", _clean_env(tmp_path))
 
