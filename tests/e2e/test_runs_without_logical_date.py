@@ -1,15 +1,20 @@
-"""Every example DAG runs when its run has no logical date, as Airflow 3 creates a run triggered through
-the REST API with ``"logical_date": null`` (and an Asset-triggered run): its templates render without
-``ds``, ``ts`` or ``logical_date`` in the context, and the run succeeds. (The retraining example runs
-that way in test_retraining_pipeline.py, on the executing node, where it trains for real. The TaskFlow
-decorators example is left out: its functions run inside the pods, which kwok's pods do not; its
-templates need no logical date.)"""
+"""Every example DAG runs end to end in the real deployment, and when its run has no logical date, as
+Airflow 3 creates a run triggered through the REST API with ``"logical_date": null`` (and an
+Asset-triggered run): its templates render without ``ds``, ``ts`` or ``logical_date`` in the context,
+the run succeeds, each task the example names succeeds, the sweep's three trials each train and its
+pick sees them, and the TrainJob was admitted by Kueue. (This test also holds what
+tests/integration/test_example_dags.py proved with ``dag.test()`` until the suite issue merged the two:
+the same examples, the same operators and waits, the same checks; one run of each example, not two.)
+(The retraining example runs that way in test_retraining_pipeline.py, on the executing node, where it
+trains for real. The TaskFlow decorators example is left out: its functions run
+inside the pods, which kwok's pods do not; its templates need no logical date.)"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from kubernetes.client import CoreV1Api
 
 from airflow_provider_disttrain.naming import DAG_ID_LABEL, RUN_ID_LABEL, label_selector, sanitize_label_value
 from tests.e2e.airflow_rest import AirflowRest, wait_until
@@ -23,6 +28,14 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "disttrain_manifest_first": {},
     "disttrain_trainjob_finetune": {},
     "disttrain_orphaned_job_cleanup": {"report_only": True},
+}
+# What each example's run must have done, beyond succeeding: the tasks that must have succeeded.
+SUCCEEDED_TASKS: dict[str, set[str]] = {
+    "disttrain_horovod_mpi": {"train_horovod", "report"},
+    "disttrain_elastic_pytorch": {"start_elastic_job", "scale_up", "wait_for_training"},
+    "disttrain_hyperparameter_sweep": {"trial_args", "pick_best"},
+    "disttrain_manifest_first": {"train_from_manifest"},
+    "disttrain_trainjob_finetune": {"finetune", "report"},
 }
 # Where the examples' jobs live (the runs fixture deletes PyTorchJobs only).
 JOB_RESOURCES = [
@@ -48,6 +61,24 @@ def last_log_lines(airflow: AirflowRest, dag_id: str, run_id: str, ti: dict[str,
     if not ti["try_number"]:
         return "(never ran)"
     return airflow.log(dag_id, run_id, ti["task_id"], ti["try_number"], ti["map_index"])[-1500:]
+
+
+def assert_did_its_work(airflow: AirflowRest, cluster: Cluster, dag_id: str, run_id: str) -> None:
+    states = {(ti["task_id"], ti["map_index"]): ti["state"] for ti in airflow.task_instances(dag_id, run_id)}
+    for task_id in SUCCEEDED_TASKS.get(dag_id, set()):
+        assert states.get((task_id, -1)) == "success", (dag_id, task_id, states)
+    if dag_id == "disttrain_hyperparameter_sweep":
+        assert [states.get(("trial", index)) for index in range(3)] == ["success"] * 3, states
+        assert airflow.xcom(dag_id, run_id, "pick_best")["trials"] == 3
+        assert len(cluster.jobs(dag_id, run_id)) == 3  # one PyTorchJob per trial
+    if dag_id == "disttrain_trainjob_finetune":
+        # The TrainJob went through Kueue's LocalQueue (its events outlive the job the task deleted).
+        name = airflow.xcom(dag_id, run_id, "finetune")["name"]
+        events = CoreV1Api(cluster.custom.api_client).list_namespaced_event(
+            NAMESPACE, field_selector=f"involvedObject.kind=TrainJob,involvedObject.name={name}"
+        )
+        admissions = [event.message for event in events.items if event.reason == "Started"]
+        assert admissions == ["Admitted by clusterQueue cluster-queue"], admissions
 
 
 @pytest.mark.timeout(1200)
@@ -78,6 +109,9 @@ def test_every_example_dag_runs_when_its_run_has_no_logical_date(e2e_dags: Airfl
                     if ti["state"] not in {"success", "skipped"}
                 }
         assert not failures, failures
+        for dag_id, run_id in started:
+            if airflow.run_state(dag_id, run_id) == "success":  # the last run of each example
+                assert_did_its_work(airflow, cluster, dag_id, run_id)
     finally:
         for dag_id, run_id in started:
             selector = label_selector(
