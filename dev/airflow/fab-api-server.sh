@@ -2,8 +2,9 @@
 # A second API server of the local deployment (make airflow-up must be up), with the FAB auth manager:
 # the deployment's SimpleAuthManager has roles only, FAB's roles can grant single DAGs. Same metadata
 # database, configuration and JWT secret; its own port (DEVAIRFLOW_FAB_API_PORT, 28081) and FAB's tables.
-# Two users: `platform` (Admin) and `one-dag`, whose role reads one DAG only (FAB_DAG, default
-# disttrain_manifest_first); their passwords go to .devairflow/fab-users.json.
+# Users: `platform` (Admin) and one per FAB_GRANTS word `<user>=<dag_id>`, whose role reads that DAG only
+# (default `one-dag=$FAB_DAG`, FAB_DAG default disttrain_manifest_first); their passwords go to
+# .devairflow/fab-users.json.
 #   dev/airflow/fab-api-server.sh start | stop
 # tests/e2e/test_ui_per_dag_access.py starts it for the UI's per-DAG access test and stops it after.
 set -euo pipefail
@@ -11,6 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FAB_PORT="${DEVAIRFLOW_FAB_API_PORT:-28081}"
 FAB_DAG="${FAB_DAG:-disttrain_manifest_first}"
+FAB_GRANTS="${FAB_GRANTS:-one-dag=$FAB_DAG}"
 FAB_LOG="$AF_LOG_DIR/fab-api-server.log"
 FAB_PID="$AF_PID_DIR/fab-api-server.pid"
 FAB_USERS="$DEVAIRFLOW_DIR/fab-users.json"
@@ -35,10 +37,8 @@ start() {
   : >"$FAB_LOG"
   T0=$SECONDS
   fab fab-db migrate
-  if [ ! -s "$FAB_USERS" ]; then
-    (umask 077; "$VENV_BIN/python" -c 'import json, secrets; print(json.dumps({u: secrets.token_urlsafe(16) for u in ("platform", "one-dag")}))' >"$FAB_USERS")
-  fi
-  "$VENV_BIN/python" "$DEVAIRFLOW_SRC_DIR/fab_users.py" "$FAB_USERS" "$FAB_DAG" >>"$FAB_LOG" 2>&1 \
+  # shellcheck disable=SC2086 # one argument per grant
+  "$VENV_BIN/python" "$DEVAIRFLOW_SRC_DIR/fab_users.py" "$FAB_USERS" $FAB_GRANTS >>"$FAB_LOG" 2>&1 \
     || { tail -n 20 "$FAB_LOG" >&2; die "creating the FAB roles and users failed"; }
   PATH="$VENV_BIN:$PATH" setsid "$AIRFLOW_BIN" api-server --port "$FAB_PORT" </dev/null >>"$FAB_LOG" 2>&1 &
   echo $! >"$FAB_PID"

@@ -35,6 +35,9 @@ DEVAIRFLOW_DIR = Path(os.environ.get("DEVAIRFLOW_DIR", REPO / ".devairflow"))
 DEVCLUSTER_DIR = Path(os.environ.get("DEVCLUSTER_DIR", REPO / ".devcluster"))
 NAMESPACE = os.environ.get("DEVAIRFLOW_NAMESPACE", "disttrain-airflow")
 E2E_DAGS = Path(__file__).parent / "dags"
+# Two DAG ids of 74 characters sharing their first 63 (tests/e2e/dags/disttrain_e2e.py): one DAG-id label.
+COLLIDING_PREFIX = "disttrain_e2e_colliding_ids_whose_first_63_characters_are_equal"
+COLLIDING_DAG_IDS = (f"{COLLIDING_PREFIX}_for_team_a", f"{COLLIDING_PREFIX}_for_team_b")
 E2E_DAG_IDS = (
     "disttrain_e2e_fanout",
     "disttrain_e2e_long",
@@ -43,6 +46,7 @@ E2E_DAG_IDS = (
     "disttrain_e2e_asset_train",
     "disttrain_e2e_lineage_failure",
     "disttrain_e2e_queues",
+    *COLLIDING_DAG_IDS,
 )
 
 

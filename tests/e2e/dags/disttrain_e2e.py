@@ -9,6 +9,9 @@ The fan-out, the synchronous and the queue-routing DAGs create their jobs suspen
 wait for as long as the test needs, however slowly the machine starts them, and the test then releases
 the jobs.
 
+The two colliding DAGs (ids of 74 characters that share their first 63: their jobs' DAG-id labels, cut to
+63, are the same) each run one deferred training task on a held job, for the UI's per-DAG access test.
+
 ``disttrain_e2e_asset_train`` stands between the retraining example's ingestion and deployment DAGs
 (example_dags/retraining_pipeline.py): scheduled on the example's data Asset, it declares the example's
 model Asset as its output, trains for seconds on kwok, and reports metrics as the example's trainer does
@@ -20,7 +23,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Asset, dag, task
+from airflow.sdk import DAG, Asset, dag, task
 
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
@@ -157,6 +160,12 @@ def queues() -> None:
     PyTorchJobOperator.partial(task_id="train_default_queue", **held).expand(args=shard_args)
     PyTorchJobOperator.partial(task_id="train_training_queue", queue="training", **held).expand(args=shard_args)
 
+
+# Both ids give the DAG-id label ``COLLIDING_PREFIX`` (tests/e2e/conftest.py COLLIDING_DAG_IDS: the same).
+COLLIDING_PREFIX = "disttrain_e2e_colliding_ids_whose_first_63_characters_are_equal"
+for team in ("a", "b"):
+    with DAG(dag_id=f"{COLLIDING_PREFIX}_for_team_{team}", schedule=None, start_date=START, tags=["disttrain-e2e"]):
+        PyTorchJobOperator(task_id="train", deferrable=True, job_manifest=HELD, with_master=False, **COMMON)
 
 fanout()
 long_running()
