@@ -177,7 +177,10 @@ def _cleanup_on_signal() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Path) -> ModeResult:
+def run_mode(
+    cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Path, tree: Path | None = None
+) -> ModeResult:
+    """One mode's whole timeline; ``tree`` is the provider package to measure (None: the working tree)."""
     started_at = time.time()
     n = args.jobs
     namespace = f"bench-{mode}-{secrets.token_hex(3)}"
@@ -191,8 +194,8 @@ def run_mode(cluster: Cluster, mode: str, args: argparse.Namespace, workdir: Pat
         flow = ProviderRequests(cluster.api, namespace).__enter__()  # FlowSchemas, left in finally
         apiserver_started = cluster.apiserver_started()
         env = {**os.environ, f"AIRFLOW_CONN_{CONN_ID.upper()}": connection_json(kubeconfig, namespace)}
-        if args.tree:  # the provider as committed at --git-ref, ahead of the working tree on sys.path
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.tree), env.get("PYTHONPATH")]))
+        if tree:  # the provider as committed at --git-ref or --beside, ahead of the working tree on sys.path
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         child = Child(mode, env, LOG_DIR / f"{namespace}.log")
         ready = child.expect("ready", timeout=180)
@@ -425,6 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-timeout", type=float, default=600, help="for the operator to create the pods")
     parser.add_argument("--git-ref", help="measure the provider as committed at this ref (default: working tree)")
     parser.add_argument(
+        "--beside",
+        metavar="REF",
+        help="also measure the provider as committed at REF in the same run, and compare with it (not the anchor)",
+    )
+    parser.add_argument(
         "--v0-kwargs", action="store_true", help="hand the triggers the connection as kwargs before ClusterConnection"
     )
     parser.add_argument("--kubeconfig", type=Path, default=REPO / ".devcluster" / "kubeconfig", help="admin")
@@ -437,17 +445,25 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.jobs < 1 or not modes or not set(modes) <= {"provider", "anchor"}:
         parser.error("--jobs must be >= 1 and --modes a list of provider, anchor")
+    if args.beside and "provider" not in modes:
+        parser.error("--beside compares the provider with itself: --modes must include provider")
     if args.steady < 30:
         parser.error("--steady must be >= 30 seconds (a watch renewal or a few polls must fit)")
 
     cluster = Cluster(args.kubeconfig, labelled=not args.unlabelled)
     results: dict[str, ModeResult] = {}
     with _cleanup_on_signal(), tempfile.TemporaryDirectory(prefix="trigger-scale-") as tmp:
-        args.tree = _export_tree(args.git_ref, Path(tmp)) if args.git_ref else None
+        tree = _export_tree(args.git_ref, Path(tmp) / "tree") if args.git_ref else None
         for mode in modes:
-            results[mode] = run_mode(cluster, mode, args, Path(tmp))
+            results[mode] = run_mode(cluster, mode, args, Path(tmp), tree)
+        if args.beside:  # the same timeline, one after the other, in this run on this machine
+            results["beside"] = run_mode(
+                cluster, "provider", args, Path(tmp), _export_tree(args.beside, Path(tmp) / "beside")
+            )
     provider = results.get("provider") or results["anchor"]
     anchor = results.get("anchor") if "provider" in results else None
+    if args.beside:
+        _print_beside(args, results["provider"], results["beside"])
     print()
     print(
         f"Trigger scale: {args.jobs} {'unlabelled ' if args.unlabelled else ''}PyTorchJobs waited on in one "
@@ -472,9 +488,22 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _export_tree(ref: str, workdir: Path) -> Path:
-    """The provider package as committed at ``ref``, extracted for the measured process's PYTHONPATH."""
-    tree = workdir / "tree"
+def _print_beside(args: argparse.Namespace, now: ModeResult, before: ModeResult) -> None:
+    """The provider measured against itself at ``--beside``: the same rows, the ratio now / before."""
+    print()
+    print(
+        f"Provider {_describe(args.git_ref)} beside the provider {_describe(args.beside)}: {args.jobs} "
+        f"{'unlabelled ' if args.unlabelled else ''}PyTorchJobs each, one after the other in this run"
+    )
+    header = ("figure", "now", f"before ({args.beside})", "now/before")
+    rows = [row.cells[:4] for row in table_rows(now, before)]
+    for line in format_table(rows, header):
+        print(line)
+
+
+def _export_tree(ref: str, tree: Path) -> Path:
+    """The provider package as committed at ``ref``, extracted into ``tree`` for the measured process's
+    PYTHONPATH."""
     tree.mkdir()
     archive = subprocess.run(
         ["git", "-C", str(REPO), "archive", ref, "airflow_provider_disttrain"], capture_output=True, check=True

@@ -439,14 +439,21 @@ def _server(counts: Mapping[str, int] | None) -> str:
     return "unavailable" if counts is None else _verbs(counts)
 
 
-def format_table(rows: Sequence[Row]) -> list[str]:
-    """Aligned text lines: figure, provider, anchor, ratio, target, verdict."""
-    header = Row("figure", "provider", "anchor (cncf polling)", "prov/anchor", "target (issue 7, N=1000)", "provider")
-    all_rows = [header, *rows]
-    widths = [max(len(row.cells[column]) for row in all_rows) for column in range(len(header.cells))]
+def format_table(rows: Sequence[Row | Sequence[str]], header: Sequence[str] | None = None) -> list[str]:
+    """Aligned text lines: figure, provider, anchor, ratio, target, verdict (or the columns of ``header``)."""
+    columns = header or (
+        "figure",
+        "provider",
+        "anchor (cncf polling)",
+        "prov/anchor",
+        "target (issue 7, N=1000)",
+        "provider",
+    )
+    all_rows = [tuple(columns), *(row.cells if isinstance(row, Row) else tuple(row) for row in rows)]
+    widths = [max(len(cells[column]) for cells in all_rows) for column in range(len(columns))]
     lines = []
-    for index, row in enumerate(all_rows):
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row.cells, widths, strict=True)).rstrip())
+    for index, cells in enumerate(all_rows):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip())
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
     return lines

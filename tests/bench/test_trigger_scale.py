@@ -233,6 +233,20 @@ def test_table_without_an_anchor_run(lib: ModuleType) -> None:
     assert lib.format_table(lib.table_rows(provider, None))
 
 
+def test_the_provider_beside_an_older_commit_is_a_table_of_now_before_and_their_ratio(lib: ModuleType) -> None:
+    """``--beside REF``: the provider measured twice in one run; the columns name the two, the ratio is
+    now / before (RSS 60 MB beside 50 MB: 1.2)."""
+    now = _result(lib, "provider", rss_mb=60.0, cpu=0.6, connections=2, gets=4)
+    before = _result(lib, "provider", rss_mb=50.0, cpu=0.6, connections=2, gets=4)
+    header = ("figure", "now", "before (579aec4)", "now/before")
+
+    lines = lib.format_table([row.cells[:4] for row in lib.table_rows(now, before)], header)
+
+    assert lines[0].split() == ["figure", "now", "before", "(579aec4)", "now/before"]
+    rss = next(line for line in lines if line.startswith("RSS over baseline, all waiting"))
+    assert rss.split()[-1] == "1.2"
+
+
 def test_the_v0_connection_kwargs_reach_todays_trigger_as_the_same_connection(lib: ModuleType) -> None:
     """``--git-ref`` of a tree before ClusterConnection gets the kwargs it knows; today's trigger reads
     them as the connection the operator would have handed it."""
