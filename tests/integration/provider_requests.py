@@ -33,10 +33,13 @@ _SAMPLE = re.compile(rf'^{METRIC}\{{[^}}]*flow_schema="([^"]+)"[^}}]*\}} (\S+)$'
 class ProviderRequests:
     """``with ProviderRequests(admin_api, namespace) as requests:`` then ``requests.totals()``."""
 
-    def __init__(self, admin_api: Any, namespace: str, resource: str = "pytorchjobs") -> None:
+    def __init__(
+        self, admin_api: Any, namespace: str, resource: str = "pytorchjobs", group: str = "kubeflow.org"
+    ) -> None:
         self.admin_api = admin_api
         self.namespace = namespace
         self.resource = resource
+        self.group = group
         self.schemas = {verb: f"disttrain-test-{namespace}-{verb}" for verb in VERBS}
         self._flowcontrol = client.FlowcontrolApiserverV1Api(admin_api)
 
@@ -82,7 +85,7 @@ class ProviderRequests:
                         "resourceRules": [
                             {
                                 "verbs": [verb],
-                                "apiGroups": ["kubeflow.org"],
+                                "apiGroups": [self.group],
                                 "resources": [self.resource],
                                 "namespaces": [self.namespace],
                             }

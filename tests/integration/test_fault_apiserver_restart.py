@@ -4,10 +4,10 @@ the job up again when the server is back, and the task ends with the job's real 
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
+from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import cluster_script, training_dag, unique_dag_id
 
@@ -31,9 +31,10 @@ def test_trigger_survives_an_api_server_restart(namespace, run_dag, jobs, annota
 
     def restart_when_deferred() -> None:
         try:
-            # Wait until the job runs (the task has deferred by then), then bounce the API server.
+            # Wait until the job runs and the deferred task's trigger (dag.test runs it in this process)
+            # has seen it and waits for it, then bounce the API server.
             jobs.wait_for(lambda: len(jobs.pods(namespace, job_name)) == 2, timeout=60, what="running pods")
-            time.sleep(2)
+            jobs.wait_for(lambda: len(telemetry.census) > 0, timeout=60, what="the trigger to see the job")
             cluster_script("restart.sh", "kube-apiserver")
             restarted.set()
         except BaseException as error:  # surfaced by the assertion below

@@ -3,6 +3,7 @@ is waited for past ``startup_timeout``; a ``ttlSecondsAfterFinished`` a wait cou
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
@@ -19,16 +20,27 @@ def _conditions(job: dict[str, Any] | None) -> dict[str, str]:
     return {c["type"]: c["status"] for c in ((job or {}).get("status") or {}).get("conditions") or []}
 
 
+RUN_SECONDS = "disttrain.test/run-seconds"  # how long kwok keeps the pods Running
+
+
 def suspend_while_running_then_resume(
     jobs: Any, namespace: str, name: str, startup_timeout: float, errors: list
 ) -> None:
     """What SuspendTrainingJobOperator (or a queue's preemption) does to a running job, from outside the task."""
+    patch: dict[str, Any]
     try:
         jobs.wait_for(lambda: _conditions(jobs.get("pytorchjobs", namespace, name)).get("Running") == "True", 90)
         patch = {"spec": {"runPolicy": {"suspend": True}}}
         jobs.custom.patch_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", name, patch)
         jobs.wait_for(lambda: _conditions(jobs.get("pytorchjobs", namespace, name)).get("Suspended") == "True", 60)
-        # Stay suspended until well past the startup deadline, which counts from the job's creation.
+        # The first run was long only so that no machine ends it before the suspension; once resumed, the
+        # pods may end at once (a suspended job's pod templates may change: Kueue does so).
+        replicas = jobs.get("pytorchjobs", namespace, name)["spec"]["pytorchReplicaSpecs"]
+        annotations = {"template": {"metadata": {"annotations": {RUN_SECONDS: "1"}}}}
+        patch = {"spec": {"pytorchReplicaSpecs": dict.fromkeys(replicas, annotations)}}
+        jobs.custom.patch_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", name, patch)
+        # Suspended until past the startup deadline (counted from the job's creation): the time is the
+        # behaviour under test here, and the wait checks its deadlines when they pass.
         created = jobs.get("pytorchjobs", namespace, name)["metadata"]["creationTimestamp"]
         deadline = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() + startup_timeout
         time.sleep(max(0.0, deadline + 4 - time.time()))
@@ -36,6 +48,9 @@ def suspend_while_running_then_resume(
         jobs.custom.patch_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", name, patch)
     except Exception as error:  # reported by the test, not lost in the thread
         errors.append(error)
+        # The task ends at once (the job was deleted) rather than wait for a first run of 300 s.
+        with contextlib.suppress(Exception):  # (none to delete: the error above says why)
+            jobs.custom.delete_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", name)
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
@@ -56,7 +71,7 @@ def test_a_job_suspended_after_it_ran_outlives_the_startup_timeout(namespace, ru
         training_dag(
             dag_id,
             job_name=name,
-            annotations={"disttrain.test/run-seconds": "5"},
+            annotations={RUN_SECONDS: "300"},  # suspended long before; 1 s once resumed (the helper)
             deferrable=deferrable,
             wait_policy=WaitPolicy(startup_timeout=startup_timeout),
         ),

@@ -5,6 +5,7 @@ account bound to exactly the documented Role and ClusterRole."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
 import threading
@@ -16,11 +17,15 @@ from typing import Any
 import pytest
 import yaml
 
+from airflow_provider_disttrain import telemetry
+from airflow_provider_disttrain.manifest.train_job import PATCH_MANAGER
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import SYNC_TIMEOUT, unique_dag_id, with_defaults
+from tests.integration.provider_requests import ProviderRequests
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+RUN_SECONDS = "disttrain.test/run-seconds"  # how long kwok keeps the pods Running
 
 TRAIN_DAG = """
 import datetime
@@ -275,47 +280,82 @@ def test_suspend_and_resume_a_trainjob_with_the_manage_operators(namespace, run_
     assert trainjobs.get(namespace, name)["spec"]["suspend"] is False
 
 
+def waiter_saw_it_running(
+    trainjobs: TrainJobs, requests: ProviderRequests, deferrable: bool, namespace: str, name: str
+) -> None:
+    """Until the task's wait has seen the TrainJob running: a suspended TrainJob's status forgets that it
+    ran (its Jobs are suspended), so only a waiter that saw it running knows the startup limit is over."""
+    trainjobs.wait_for(lambda: trainjobs.ready_nodes(namespace, name) > 0, 90, "the nodes to run")
+    if deferrable:
+        # The trigger (run in this process by dag.test) counts a job in the census as it judges a view
+        # of it, in the same step that marks it seen running.
+        trainjobs.wait_for(lambda: telemetry.census.totals()["running"] > 0, 60, "the trigger to see it running")
+    else:
+        # The operator polls with a GET: one dispatched after the job's status said running read it so.
+        before = requests.totals()["get"]
+        trainjobs.wait_for(lambda: requests.totals()["get"] > before, 60, "the waiter to read it running")
+
+
 def suspend_while_running_then_resume(
-    trainjobs: TrainJobs, namespace: str, name: str, startup_timeout: float, errors: list
+    trainjobs: TrainJobs,
+    requests: ProviderRequests,
+    deferrable: bool,
+    namespace: str,
+    name: str,
+    startup_timeout: float,
+    errors: list,
 ) -> None:
     """A TrainJob suspended after it ran (a user, or a queue's preemption), resumed past the startup limit."""
     try:
-        trainjobs.wait_for(lambda: trainjobs.ready_nodes(namespace, name) > 0, 90, "the nodes to run")
-        # A TrainJob's status forgets that it ran once it is suspended: the waiter must have polled
-        # it running (every 1 s; later on a loaded machine) before the suspension.
-        time.sleep(5)
+        waiter_saw_it_running(trainjobs, requests, deferrable, namespace, name)
         trainjobs.patch(namespace, name, {"spec": {"suspend": True}})
         trainjobs.wait_for(lambda: trainjobs.conditions(namespace, name).get("Suspended") == "True", 60)
+        # The first run was long only so that it outlasts the wait above on any machine; once resumed,
+        # the nodes may end at once (a suspended TrainJob's pod template may change: Kueue does so).
+        patches = trainjobs.get(namespace, name)["spec"]["runtimePatches"]
+        for patch in patches:  # the provider's entry (Kueue adds its own while suspended)
+            if patch.get("manager") == PATCH_MANAGER:
+                for replicated in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+                    replicated["template"]["spec"]["template"]["metadata"]["annotations"][RUN_SECONDS] = "1"
+        trainjobs.patch(namespace, name, {"spec": {"runtimePatches": patches}})
+        # Suspended until past the startup deadline (counted from the job's creation): the time is the
+        # behaviour under test here, and the wait checks its deadlines when they pass.
         created = trainjobs.get(namespace, name)["metadata"]["creationTimestamp"]
         deadline = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() + startup_timeout
         time.sleep(max(0.0, deadline + 4 - time.time()))
         trainjobs.patch(namespace, name, {"spec": {"suspend": False}})
     except Exception as error:  # reported by the test, not lost in the thread
         errors.append(error)
+        # The task ends at once (the job was deleted) rather than wait for a first run of 300 s.
+        with contextlib.suppress(Exception):  # (none to delete: the error above says why)
+            trainjobs.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
-def test_a_trainjob_suspended_after_it_ran_outlives_the_startup_timeout(namespace, run_dag, trainjobs, deferrable):
+def test_a_trainjob_suspended_after_it_ran_outlives_the_startup_timeout(
+    namespace, admin_api, run_dag, trainjobs, deferrable
+):
     dag_id = unique_dag_id("tj_suspended")
     name = f"tj-susp-{secrets.token_hex(3)}"
-    startup_timeout = 30
+    startup_timeout = 30  # room for a busy Trainer and JobSet to start the nodes before the deadline
     errors: list[Exception] = []
-    helper = threading.Thread(
-        target=suspend_while_running_then_resume,
-        args=(trainjobs, namespace, name, startup_timeout, errors),
-        daemon=True,
-    )
-    helper.start()
-    source = train_dag(
-        dag_id,
-        job_name=name,
-        num_nodes=2,
-        annotations={"disttrain.test/run-seconds": "20"},
-        deferrable=deferrable,
-        wait_policy=WaitPolicy(startup_timeout=startup_timeout),
-    )
-    result = run_dag(dag_id, source)
-    helper.join(timeout=120)
+    with ProviderRequests(admin_api, namespace, "trainjobs", GROUP) as requests:
+        helper = threading.Thread(
+            target=suspend_while_running_then_resume,
+            args=(trainjobs, requests, deferrable, namespace, name, startup_timeout, errors),
+            daemon=True,
+        )
+        helper.start()
+        source = train_dag(
+            dag_id,
+            job_name=name,
+            num_nodes=2,
+            annotations={RUN_SECONDS: "300"},  # suspended long before; 1 s once resumed (the helper)
+            deferrable=deferrable,
+            wait_policy=WaitPolicy(startup_timeout=startup_timeout),
+        )
+        result = run_dag(dag_id, source)
+        helper.join(timeout=120)
 
     assert errors == []
     assert result.task_state("train") == "success"

@@ -19,11 +19,13 @@ import ssl
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator, MutableMapping
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import structlog
 
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import unique_dag_id
@@ -122,24 +124,52 @@ class Trainer:
         return job["status"]["trainerStatus"]
 
 
-def report_while_running(trainer: Trainer, seen: list[dict[str, Any]], errors: list[Exception]) -> None:
+@pytest.fixture
+def logged() -> Iterator[list[str]]:
+    """The message of every structlog event this process logs from now on (the deferred task's trigger
+    runs in this process: ``dag.test``), kept as each is rendered. Added to the processors in place, so
+    that a logger bound and cached before sees it too."""
+    processors = structlog.get_config()["processors"]
+    lines: list[str] = []
+
+    def keep(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        lines.append(str(event.get("event")))
+        return event
+
+    processors.insert(len(processors) - 1, keep)  # before the renderer: after the message's arguments
+    try:
+        yield lines
+    finally:
+        processors.remove(keep)
+
+
+def report_while_running(
+    trainer: Trainer, logged: list[str], seen: list[dict[str, Any]], errors: list[Exception]
+) -> None:
     try:
         trainer.connect()
         seen.append(trainer.report(FIRST))
-        time.sleep(6)
+        # The trigger logged the first report before the last replaces it (else it folds both in one line).
+        line = f"TrainJob {trainer.namespace}/{trainer.name}: "
+        deadline = time.monotonic() + 60
+        while not any(line in message and "trainer 40 %" in message for message in list(logged)):
+            assert time.monotonic() < deadline, "the trigger did not log the first report within 60 s"
+            time.sleep(0.2)
         seen.append(trainer.report(LAST))
     except Exception as error:  # reported by the test
         errors.append(error)
 
 
-def test_a_trainjob_s_own_progress_reports_reach_the_deferred_task_and_its_result(executing, run_dag, trainjobs, capfd):
+def test_a_trainjob_s_own_progress_reports_reach_the_deferred_task_and_its_result(
+    executing, run_dag, trainjobs, capfd, logged
+):
     namespace = executing
     dag_id = unique_dag_id("tj_progress")
     name = f"tj-prog-{secrets.token_hex(3)}"
     seen: list[dict[str, Any]] = []
     errors: list[Exception] = []
     reporter = threading.Thread(
-        target=report_while_running, args=(Trainer(trainjobs, namespace, name), seen, errors), daemon=True
+        target=report_while_running, args=(Trainer(trainjobs, namespace, name), logged, seen, errors), daemon=True
     )
     reporter.start()
     # Node 0 runs long enough for both reports, then writes its final metrics as its termination message.
