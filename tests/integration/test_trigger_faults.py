@@ -29,8 +29,9 @@ from airflow_provider_disttrain.triggers.training_job import SETTLE_SECONDS
 from tests.integration.conftest import ADMIN_KUBECONFIG, SA_NAME, SA_NAMESPACE, cluster_script
 from tests.integration.provider_requests import ProviderRequests
 
-# Restarts the API server that every test uses: run alone, after the parallel pass (Makefile integration-test).
-pytestmark = pytest.mark.serial
+# One test here restarts the API server that every test uses: it is marked `serial` (run alone, after
+# the parallel pass: Makefile integration-test). The others use their own namespace, their own token
+# Secret and this process's own connections and census, and run beside any test.
 
 KIND = "PyTorchJob"
 RUN_SECONDS = "disttrain.test/run-seconds"  # how long kwok keeps the job's pods Running
@@ -157,6 +158,7 @@ def test_a_job_quiet_for_longer_than_watch_timeout_costs_one_request_per_renewal
 REQUESTS_PER_WATCH_AFTER_RESTART = 20  # a relist and rewatch with backoff; a hot loop makes hundreds
 
 
+@pytest.mark.serial
 def test_twenty_triggers_get_their_events_across_an_api_server_restart_without_a_hot_loop(namespace, admin_api, jobs):
     expected = {f"succeeds-{i}": "success" for i in range(18)} | {f"fails-{i}": "failed" for i in range(2)}
     annotations = {
