@@ -52,6 +52,7 @@ from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.async_training_job import raise_for_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.faults import Action, Fault, classify, error_class
+from airflow_provider_disttrain.hooks.loop_pacing import pacer
 from airflow_provider_disttrain.kinds import ApiResource, JobKind
 from airflow_provider_disttrain.kueue import standing_workload
 
@@ -277,9 +278,12 @@ class SharedWatch:
     def _notify(self, name: str | None = None) -> None:
         """Wake the subscribers of ``name``, or every subscriber (a change of the watch's health)."""
         groups = [self._subscribers.get(name, set())] if name is not None else list(self._subscribers.values())
+        # Through the loop's pacer: the first LIST (or a change of health) wakes every subscriber, and
+        # 1,000 triggers woken in one turn of the loop would hold it for a second (``loop_pacing``).
+        pace = pacer().call
         for subscribers in groups:
             for subscription in subscribers:
-                subscription.notify()
+                pace(subscription.notify)
 
     # The loop ------------------------------------------------------------------------------------
 
