@@ -46,6 +46,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 TREE = os.environ.get("TRIGGER_STARTUP_TREE")  # the provider as committed at --git-ref, in a child
 sys.path[:0] = [*([TREE] if TREE else []), str(REPO)]
+# The provider first, from TREE when given: the relist benchmark's module puts the working tree ahead.
+import airflow_provider_disttrain  # noqa: E402
+
+PROVIDER = airflow_provider_disttrain.__path__[0]
+
+from trigger_scale_relist import LoopBlocking  # noqa: E402
 
 WATCHDOG_SECONDS = 0.1  # Airflow's block_watchdog sleep
 WARM_UP_NAMESPACE = "warm-up"
@@ -94,34 +100,6 @@ def serve(sizes: list[int], port_out: Any) -> None:
 
 
 # The measured process ------------------------------------------------------------------------------
-
-
-class LoopMeter:
-    """The longest ``Handle._run`` while ``active``, and how many callbacks ran."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.longest = 0.0
-        self.callbacks = 0
-        self._original = asyncio.events.Handle._run
-
-    def __enter__(self) -> LoopMeter:
-        meter, original = self, self._original
-
-        def timed(handle: asyncio.events.Handle) -> None:
-            started = time.perf_counter()
-            try:
-                original(handle)
-            finally:
-                if meter.active:
-                    meter.callbacks += 1
-                    meter.longest = max(meter.longest, time.perf_counter() - started)
-
-        asyncio.events.Handle._run = timed  # type: ignore[method-assign,assignment]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.events.Handle._run = self._original  # type: ignore[method-assign]
 
 
 def count_requests(requests: Counter[str]) -> None:
@@ -235,7 +213,7 @@ async def measure(port: int, jobs: int, profile: bool) -> dict[str, Any]:
         profiler = cProfile.Profile()
     ticker = asyncio.create_task(watchdog())
     await asyncio.sleep(WATCHDOG_SECONDS * 1.5)
-    with LoopMeter() as meter:
+    with LoopBlocking() as meter:
         meter.active = True
         if profiler:
             profiler.enable()
@@ -260,17 +238,14 @@ async def measure(port: int, jobs: int, profile: bool) -> dict[str, Any]:
         "stall_ms": round(max(stalls) * 1000, 1),
         "stalls_over_100ms": sum(stall > 0.1 for stall in stalls),
         "callback_ms": round(meter.longest * 1000, 1),
-        "callbacks": meter.callbacks,
         "ready_s": round(ready, 2),
         "requests": dict(requests),
     }
 
 
 def child(port: int, jobs: int, profile: bool) -> None:
-    import airflow_provider_disttrain
-
     result = asyncio.run(measure(port, jobs, profile))
-    result["provider"] = airflow_provider_disttrain.__path__[0]
+    result["provider"] = PROVIDER
     print(json.dumps(result), flush=True)
 
 
