@@ -93,7 +93,8 @@ class JobCensus:
 
     def __init__(self) -> None:
         self._triggers: dict[str, tuple[str, str, int]] = {}  # trigger -> (job, state, GPUs held)
-        self._send_scheduled = False
+        # The loop a sending is scheduled on: one a closed loop never ran must not stop the gauges for good.
+        self._send_scheduled_on: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._triggers)
@@ -131,12 +132,12 @@ class JobCensus:
         except RuntimeError:
             self._send_now()
             return
-        if not self._send_scheduled:
-            self._send_scheduled = True
+        if self._send_scheduled_on is not loop:
+            self._send_scheduled_on = loop
             loop.call_soon(self._send_now)
 
     def _send_now(self) -> None:
-        self._send_scheduled = False
+        self._send_scheduled_on = None
         totals = self.totals()
         _emit("gauge", "triggers.waiting", totals.pop("waiting"), tags={})
         _emit("gauge", "gpus_held", totals.pop("gpus_held"), tags={})
