@@ -17,12 +17,13 @@ import pytest
 
 from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.connection import ClusterConnection
-from airflow_provider_disttrain.hooks import loop_pacing
+from airflow_provider_disttrain.hooks import loop_pacing, shared_watch
 from airflow_provider_disttrain.hooks.shared_watch import SharedWatch, subscribe
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import make_job, running_status
 from tests.unit.triggers.helpers import make_trigger
+from tests.unit.waiting import until
 
 pytestmark = pytest.mark.usefixtures("virtual_clock")
 
@@ -50,6 +51,9 @@ class Turns:
 def small_turns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loop_pacing, "WAKES_PER_TURN", PER_TURN)
     monkeypatch.setattr(loop_pacing, "_pacers", type(loop_pacing._pacers)())  # this test's loop's pacer anew
+    # The turn counting keeps the loop busy, and virtual time stands still while it is: a watch's wait for
+    # its subscribers to stop arriving would never end (test_the_first_list_waits_for_subscribers...).
+    monkeypatch.setattr(shared_watch, "ARRIVALS_MAX_SECONDS", 0.0)
 
 
 def most_in_one_turn(stamps: list[int]) -> int:
@@ -90,6 +94,29 @@ async def test_the_first_list_wakes_its_many_subscribers_a_few_per_turn(apiserve
         assert all(subscription.entry is not None for subscription in subscriptions)  # every one was served
         assert most_in_one_turn(woken) <= 2 * PER_TURN
         assert apiserver.count("list") == 1  # and with the one LIST as before
+
+
+async def test_the_first_list_waits_for_subscribers_that_arrive_one_after_another(
+    apiserver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_watch, "ARRIVALS_MAX_SECONDS", 2.0)
+    names = await put_jobs(apiserver, MANY)
+    connection = ClusterConnection(kubeconfig=apiserver.kubeconfig())
+
+    async with contextlib.AsyncExitStack() as stack:
+        subscriptions = []
+        for name in names:  # as Airflow starts triggers: one after another, not all in one turn
+            subscriptions.append(
+                await stack.enter_async_context(
+                    subscribe(connection, get_job_kind("PyTorchJob"), "ml", name, label_selector=TASK_INSTANCE_LABEL)
+                )
+            )
+            await asyncio.sleep(shared_watch.ARRIVALS_QUIET_SECONDS / 4)
+        await until(lambda: subscriptions[0].synced)
+
+        # One LIST saw every job: no trigger has to read its own with a GET.
+        assert [sub.name for sub in subscriptions if sub.entry is None] == []
+        assert apiserver.count("list") == 1
 
 
 async def test_triggers_started_at_once_start_a_few_per_turn(apiserver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
