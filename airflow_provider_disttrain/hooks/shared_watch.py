@@ -52,6 +52,7 @@ from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.async_training_job import raise_for_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.faults import Action, Fault, classify, error_class
+from airflow_provider_disttrain.hooks.loop_pacing import pacer
 from airflow_provider_disttrain.kinds import ApiResource, JobKind
 from airflow_provider_disttrain.kueue import standing_workload
 
@@ -73,6 +74,10 @@ LIST_PAGE_SIZE = 500
 """Objects per page of a LIST (``limit``); kube-apiserver answers a page from its watch cache."""
 MIN_BACKOFF_CAP_SECONDS = 1.0
 """The floor of the backoff's cap: at most about two requests a second per watch during an outage."""
+ARRIVALS_QUIET_SECONDS = 0.02
+"""A new watch's first LIST waits until no subscriber arrived for this long (``_await_arrivals``)."""
+ARRIVALS_MAX_SECONDS = 2.0
+"""... but no longer than this after its first subscriber."""
 
 log = logging.getLogger(__name__)
 
@@ -277,9 +282,12 @@ class SharedWatch:
     def _notify(self, name: str | None = None) -> None:
         """Wake the subscribers of ``name``, or every subscriber (a change of the watch's health)."""
         groups = [self._subscribers.get(name, set())] if name is not None else list(self._subscribers.values())
+        # Through the loop's pacer: the first LIST (or a change of health) wakes every subscriber, and
+        # 1,000 triggers woken in one turn of the loop would hold it for a second (``loop_pacing``).
+        pace = pacer().call
         for subscribers in groups:
             for subscription in subscribers:
-                subscription.notify()
+                pace(subscription.notify)
 
     # The loop ------------------------------------------------------------------------------------
 
@@ -298,6 +306,7 @@ class SharedWatch:
         failures = 0  # failed requests in a row, for the backoff
         broken_watches = 0  # watch requests that broke in a row, for the relist fallback
         must_list = True
+        await self._await_arrivals()
         while True:
             generation = self.cluster.generation
             started = self.clock.monotonic()
@@ -342,6 +351,18 @@ class SharedWatch:
                 delay = min(self._backoff_cap(), MIN_BACKOFF_SECONDS * 2 ** min(failures, 8))
                 log.debug("Watch %s failed (%r); retrying in %.1fs", self.key, error, delay)
                 await self.clock.sleep(delay * random.uniform(0.5, 1.0))
+
+    async def _await_arrivals(self) -> None:
+        """Until subscribers stop arriving. A triggerer starts its triggers one or a few per loop turn
+        (Airflow's ``create_triggers``; ``loop_pacing``): a first LIST sent at the first one would keep
+        only the jobs of the triggers subscribed when each page was read, and each later trigger would
+        then read its job with a GET (hundreds at 1,000 triggers). A short wait makes it one LIST."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ARRIVALS_MAX_SECONDS
+        seen = -1
+        while seen != len(self._subscribers) and loop.time() < deadline:
+            seen = len(self._subscribers)
+            await asyncio.sleep(ARRIVALS_QUIET_SECONDS)
 
     def _count(self, error: BaseException) -> None:
         """The metrics of a broken request: an API error, and a restart of this watch, by error class."""

@@ -289,8 +289,12 @@ class TrainingJobTrigger(BaseTrigger):
 
     async def _wait_until_done(self) -> dict[str, Any]:
         # Imported here so that loading the trigger class (the UI does) does not import the clients.
+        from airflow_provider_disttrain.hooks.loop_pacing import pacer
         from airflow_provider_disttrain.hooks.shared_watch import subscribe
 
+        # A triggerer that starts many triggers at once (a restart, a takeover) starts them a few per
+        # turn of its event loop, so that their first steps do not hold the loop all in one turn.
+        await pacer().turn()
         kind = get_job_kind(self.kind)
         options: dict[str, Any] = {
             "watch_timeout": float(self.watch_timeout),
