@@ -8,8 +8,9 @@ deferrable, far sooner than its ``queue_timeout``, and nothing of it is left.
   submitting refuses the job; nothing is created.
 - A LocalQueue stopped while the job waits in it: the Workload says ``Suspended``; the same ending.
 
-Each test has a ClusterQueue of its own (8 nvidia.com/gpu, the namespace's only), so neither its quota
-nor its stop touch other tests.
+Each test has a ClusterQueue of its own (8 nvidia.com/gpu, the namespace's only) on a kwok node of its
+own (conftest's ``small_queue``), so neither its quota, its stop nor its jobs' pods touch other tests: they
+run beside them on any xdist worker.
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ import pytest
 
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import SMALL_QUEUE, kueue_condition, training_dag, unique_dag_id, wait_until
-
-# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
-pytestmark = pytest.mark.xdist_group("gpus")
 
 QUEUE_TIMEOUT = 1800  # what the tasks would wait without Kueue's final word
 FAST = 300  # each task ends well within this (dag.test() itself on a loaded machine, a deferred task's 10 s settle)
