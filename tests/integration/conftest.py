@@ -352,11 +352,11 @@ POOL_LABEL = "disttrain.dev/pool"
 
 
 # The scheduler's word for a pod asking more GPUs than a node has: the two shared kwok nodes lack the GPUs,
-# the executing node (dev/cluster/noderunner) and the nodes of any test's pool running at once are tainted.
-NO_GPU_NODE = re.compile(
-    r"Unschedulable: 0/\d+ nodes are available: "
-    r"\d+ node\(s\) had untolerated taint\(s\), 2 Insufficient nvidia\.com/gpu"
-)
+# the executing node (dev/cluster/noderunner) and the nodes of any test's pool running at once are tainted
+# (the scheduler sorts its reasons as strings, counts first: either may come first).
+_NO_GPU = r"2 Insufficient nvidia\.com/gpu"
+_TAINTED = r"\d+ node\(s\) had untolerated taint\(s\)"
+NO_GPU_NODE = re.compile(rf"Unschedulable: 0/\d+ nodes are available: ({_NO_GPU}, {_TAINTED}|{_TAINTED}, {_NO_GPU})\.")
 
 
 def kueue_condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
@@ -463,10 +463,12 @@ def gpu_pool(admin_api: Any, namespace: str, *, nodes: int = 1, gpus_per_node: i
 
 
 class SmallQueue:
-    """A LocalQueue ``SMALL_QUEUE`` in the test's namespace, on a ClusterQueue of 8 GPUs of its own."""
+    """A LocalQueue ``SMALL_QUEUE`` in the test's namespace, on a ClusterQueue of 8 GPUs of its own in the
+    ResourceFlavor ``flavor`` of a ``GpuPool``."""
 
-    def __init__(self, custom: Any, namespace: str, cluster_queue: str, name: str = SMALL_QUEUE) -> None:
+    def __init__(self, custom: Any, namespace: str, cluster_queue: str, flavor: str, name: str = SMALL_QUEUE) -> None:
         self.custom, self.namespace, self.cluster_queue, self.name = custom, namespace, cluster_queue, name
+        self.flavor = flavor
 
     def get_cluster_queue(self) -> dict[str, Any]:
         return self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", self.cluster_queue)
@@ -582,4 +584,4 @@ def small_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
         gpu_pool(admin_api, namespace) as pool,
         own_queue(custom, namespace, SMALL_QUEUE, gpus=8, flavor=pool.flavor) as cluster_queue,
     ):
-        yield SmallQueue(custom, namespace, cluster_queue)
+        yield SmallQueue(custom, namespace, cluster_queue, pool.flavor)

@@ -58,7 +58,7 @@ def test_a_job_over_its_cluster_queues_quota_fails_at_once_in_kueues_words_and_i
     assert "JobInadmissibleError" in output
     assert f"PyTorchJob {namespace}/{job_name} was not admitted: Kueue can never admit it (ExceedsMaxQuota: " in output
     # Kueue's own words (pkg/scheduler/flavorassigner, fitsResourceQuota).
-    assert "insufficient quota for nvidia.com/gpu in flavor default-flavor" in output
+    assert f"insufficient quota for nvidia.com/gpu in flavor {small_queue.flavor}" in output
     assert "> maximum capacity (8)" in output
     assert f"PyTorchJob {namespace}/{job_name} was deleted: Kueue can never admit it as its queues stand." in output
     assert "was not admitted by Kueue within queue_timeout" not in output

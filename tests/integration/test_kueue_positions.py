@@ -50,7 +50,7 @@ def two_gpu_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
         gpu_pool(admin_api, namespace, gpus_per_node=2) as pool,
         own_queue(custom, namespace, LOCAL_QUEUE, gpus=2, flavor=pool.flavor) as cluster_queue,
     ):
-        yield SmallQueue(custom, namespace, cluster_queue, name=LOCAL_QUEUE)
+        yield SmallQueue(custom, namespace, cluster_queue, pool.flavor, name=LOCAL_QUEUE)
 
 
 def _visibility_kubeconfig(service_account_kubeconfig: Path, tmp_path: Path) -> Path:
