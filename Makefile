@@ -71,9 +71,10 @@ lowest-deps-test: $(VENV_LOWEST)/.installed ## Unit tests on the lowest versions
 
 # Integration tests in two passes. Most tests use only a namespace of their own and spend their time
 # waiting for the cluster, so they run on IT_WORKERS xdist workers at once; those that train for real on
-# the executing node (CPU) and those that hold the cluster's GPUs each form one xdist_group, run one at
-# a time on one worker. Tests marked `serial` restart the API server every test talks to, or need the
-# nodes' GPUs free for their jobs (other tests' jobs ask GPUs too): they run alone afterwards.
+# the executing node (CPU) and those that hold the shared kwok nodes' GPUs or Kueue quota each form one
+# xdist_group, run one at a time on one worker. The Kueue tests that need GPUs free run their jobs on kwok
+# nodes of their own (tests/integration/conftest.py gpu_pool), beside the others. Tests marked `serial`
+# restart the API server every test talks to: they run alone afterwards.
 IT_WORKERS ?= 3
 integration-test: venv cluster-up ## Integration tests against the local cluster (IT_WORKERS=3 in parallel, then the serial ones)
 	@$(STEP) begin integration

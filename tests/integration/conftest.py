@@ -7,9 +7,11 @@ trigger under test talks to the API server as that service account, so a missing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -341,11 +343,20 @@ def training_dag(dag_id: str, **operator_args: Any) -> str:
     return TRAINING_DAG.format(dag_id=dag_id, arguments=arguments)
 
 
-# -- Kueue: a queue of one's own ----------------------------------------------------------------------------
+# -- Kueue: a queue and nodes of one's own ------------------------------------------------------------------
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-KUEUE_FLAVOR = "default-flavor"  # dev/cluster/controllers.sh
 SMALL_QUEUE = "small-queue"
+# The label and NoSchedule taint of a test's own kwok nodes; the value names the pool.
+POOL_LABEL = "disttrain.dev/pool"
+
+
+# The scheduler's word for a pod asking more GPUs than a node has: the two shared kwok nodes lack the GPUs,
+# the executing node (dev/cluster/noderunner) and the nodes of any test's pool running at once are tainted
+# (the scheduler sorts its reasons as strings, counts first: either may come first).
+_NO_GPU = r"2 Insufficient nvidia\.com/gpu"
+_TAINTED = r"\d+ node\(s\) had untolerated taint\(s\)"
+NO_GPU_NODE = re.compile(rf"Unschedulable: 0/\d+ nodes are available: ({_NO_GPU}, {_TAINTED}|{_TAINTED}, {_NO_GPU})\.")
 
 
 def kueue_condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
@@ -361,11 +372,103 @@ def wait_until(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
     return value
 
 
-class SmallQueue:
-    """A LocalQueue ``SMALL_QUEUE`` in the test's namespace, on a ClusterQueue of 8 GPUs of its own."""
+@dataclasses.dataclass(frozen=True)
+class GpuPool:
+    """kwok nodes of one test's own, labelled and tainted with ``POOL_LABEL=name``, and a ResourceFlavor
+    ``flavor`` of those labels and the taint's toleration. Kueue injects a flavor's nodeLabels and
+    tolerations into the pods it admits, so a job admitted on this flavor runs on these nodes only, and
+    no other test's pod (none tolerates the taint) takes their GPUs: Kueue's quota is not node capacity."""
 
-    def __init__(self, custom: Any, namespace: str, cluster_queue: str, name: str = SMALL_QUEUE) -> None:
+    name: str
+    flavor: str
+    nodes: tuple[str, ...]
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return {POOL_LABEL: self.name}
+
+    @property
+    def tolerations(self) -> list[dict[str, str]]:
+        return [{"key": POOL_LABEL, "operator": "Equal", "value": self.name, "effect": "NoSchedule"}]
+
+
+def _pool_node(pool: GpuPool, name: str, gpus: int) -> dict[str, Any]:
+    """A Node kwok fakes (its annotation selector, dev/cluster/up.sh), shaped like dev/cluster/kwok/nodes.yaml."""
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "type": "kwok",
+                "nvidia.com/gpu.present": "true",
+                **pool.node_selector,
+            },
+        },
+        "spec": {"taints": [{"key": POOL_LABEL, "value": pool.name, "effect": "NoSchedule"}]},
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def _schedulable(node: Any) -> bool:
+    """Ready, and rid of the not-ready taint the node lifecycle controller puts on every new node."""
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
+
+
+def _delete_pool_node(core: Any, name: str) -> None:
+    """Deletes the node after its pods (at once: without the node no kubelet, not even kwok's, would confirm
+    their deletion, and they would wait for the pod garbage collector). A job still there recreates its
+    pods Pending, for the namespace's deletion to take."""
+    from kubernetes.client.exceptions import ApiException
+
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+        with contextlib.suppress(ApiException):  # gone already
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+    core.delete_node(name)
+
+
+@contextlib.contextmanager
+def gpu_pool(admin_api: Any, namespace: str, *, nodes: int = 1, gpus_per_node: int = 8) -> Iterator[GpuPool]:
+    """``nodes`` kwok nodes of ``gpus_per_node`` GPUs and their ResourceFlavor, Ready once this enters and
+    deleted when it exits (on failure too; Kueue's finalizer keeps the flavor until no ClusterQueue uses it)."""
+    from kubernetes import client
+
+    core, custom = client.CoreV1Api(admin_api), client.CustomObjectsApi(admin_api)
+    name = f"{namespace}-{secrets.token_hex(3)}"
+    pool = GpuPool(name, flavor=f"pool-{name}", nodes=tuple(f"pool-{name}-{i}" for i in range(nodes)))
+    with contextlib.ExitStack() as cleanup:
+        for node in pool.nodes:
+            core.create_node(_pool_node(pool, node, gpus_per_node))
+            cleanup.callback(_delete_pool_node, core, node)
+        custom.create_cluster_custom_object(
+            *KUEUE,
+            "resourceflavors",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": pool.flavor},
+                "spec": {"nodeLabels": pool.node_selector, "tolerations": pool.tolerations},
+            },
+        )
+        cleanup.callback(custom.delete_cluster_custom_object, *KUEUE, "resourceflavors", pool.flavor)
+        for node in pool.nodes:
+            wait_until(f"node {node} Ready", lambda node=node: _schedulable(core.read_node(node)))
+        yield pool
+
+
+class SmallQueue:
+    """A LocalQueue ``SMALL_QUEUE`` in the test's namespace, on a ClusterQueue of 8 GPUs of its own in the
+    ResourceFlavor ``flavor`` of a ``GpuPool``."""
+
+    def __init__(self, custom: Any, namespace: str, cluster_queue: str, flavor: str, name: str = SMALL_QUEUE) -> None:
         self.custom, self.namespace, self.cluster_queue, self.name = custom, namespace, cluster_queue, name
+        self.flavor = flavor
 
     def get_cluster_queue(self) -> dict[str, Any]:
         return self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", self.cluster_queue)
@@ -404,13 +507,21 @@ class SmallQueue:
         )
 
 
-def create_queue(
-    custom: Any, namespace: str, local_queue: str, *, gpus: int, preemption: dict[str, Any] | None = None
-) -> str:
+@contextlib.contextmanager
+def own_queue(
+    custom: Any,
+    namespace: str,
+    local_queue: str,
+    *,
+    gpus: int,
+    flavor: str,
+    preemption: dict[str, Any] | None = None,
+) -> Iterator[str]:
     """A LocalQueue ``local_queue`` in ``namespace`` on a ClusterQueue of ``gpus`` GPUs of its own (only that
-    namespace's jobs), Active once this returns: the test neither waits for nor takes the shared queue's
-    quota. Returns the ClusterQueue's name; deleting it is the caller's (Kueue's finalizer keeps it until
-    its Workloads are gone with the namespace)."""
+    namespace's jobs) in ``flavor`` (a ``GpuPool``'s: its jobs run on the pool's nodes), Active once this
+    enters: the test neither waits for nor takes the shared queue's quota or nodes. Yields the ClusterQueue's
+    name and deletes it when it exits (Kueue's finalizer keeps it until its Workloads are gone with the
+    namespace; the LocalQueue goes with the namespace)."""
     cluster_queue = f"{local_queue}-{secrets.token_hex(3)}"
     quota = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}
     spec: dict[str, Any] = {
@@ -418,9 +529,7 @@ def create_queue(
         "resourceGroups": [
             {
                 "coveredResources": list(quota),
-                "flavors": [
-                    {"name": KUEUE_FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}
-                ],
+                "flavors": [{"name": flavor, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}],
             }
         ],
     }
@@ -436,6 +545,14 @@ def create_queue(
             "spec": spec,
         },
     )
+    try:
+        _create_local_queue(custom, namespace, local_queue, cluster_queue)
+        yield cluster_queue
+    finally:
+        custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+
+
+def _create_local_queue(custom: Any, namespace: str, local_queue: str, cluster_queue: str) -> None:
     custom.create_namespaced_custom_object(
         *KUEUE,
         namespace,
@@ -456,7 +573,6 @@ def create_queue(
             == "True"
         ),
     )
-    return cluster_queue
 
 
 @pytest.fixture
@@ -464,7 +580,8 @@ def small_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin_api)
-    cluster_queue = create_queue(custom, namespace, SMALL_QUEUE, gpus=8)
-    yield SmallQueue(custom, namespace, cluster_queue)
-    # Kueue's finalizer keeps the ClusterQueue until its Workloads are gone with the namespace.
-    custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+    with (
+        gpu_pool(admin_api, namespace) as pool,
+        own_queue(custom, namespace, SMALL_QUEUE, gpus=8, flavor=pool.flavor) as cluster_queue,
+    ):
+        yield SmallQueue(custom, namespace, cluster_queue, pool.flavor)

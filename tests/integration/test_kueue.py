@@ -1,12 +1,14 @@
 """Kueue (v0.19.2) on the local cluster: jobs submitted with ``local_queue=`` wait for quota, say why, and run
 when it frees.
 
-The ClusterQueue holds 16 nvidia.com/gpu; each namespace has the LocalQueue ``LOCAL_QUEUE`` (conftest).
-Three jobs of 8 GPUs are submitted at once by three real ``dag.test()`` runs, each in its own process
-with its own copy of the metadata database (``dag.test()`` runs one task at a time and a deferred
-task's trigger inline, so one process could never have three jobs waiting together; sqlite does not
-take three writers). Their pods run ``RUN_SECONDS`` on the kwok nodes, long enough for the third job
-to really wait.
+Each test runs its jobs on kwok nodes of its own (conftest's ``gpu_pool``: labelled and tainted for it, a
+ResourceFlavor that pins admitted pods there), so other tests' jobs holding GPUs on the shared nodes never
+leave an admitted job Unschedulable, and the tests run in the parallel pass. The three-job test's
+ClusterQueue holds 16 nvidia.com/gpu on two nodes of 8. Three jobs of 8 GPUs are submitted at once by
+three real ``dag.test()`` runs, each in its own process with its own copy of the metadata database
+(``dag.test()`` runs one task at a time and a deferred task's trigger inline, so one process could never
+have three jobs waiting together; sqlite does not take three writers). Their pods run ``RUN_SECONDS`` on
+the pool's nodes, long enough for the third job to really wait.
 """
 
 from __future__ import annotations
@@ -17,17 +19,16 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.parameters import WaitPolicy
-from tests.integration.conftest import LOCAL_QUEUE, REPO, training_dag, unique_dag_id
+from airflow_provider_disttrain.parameters import PodOptions, WaitPolicy
+from tests.integration.conftest import REPO, GpuPool, gpu_pool, own_queue, training_dag, unique_dag_id
 
-# Needs the nodes' GPUs free for its jobs to run when Kueue admits them (all 16, or 4 at once per queue),
-# while many other tests' jobs (the example DAGs', manifests') ask GPUs too: run alone, after the parallel pass.
-pytestmark = pytest.mark.serial
+POOL_QUEUE = "pool-queue"  # the three-job test's LocalQueue, on a ClusterQueue of its pool's 16 GPUs
 
 RUN_SECONDS = 25
 STARTUP_TIMEOUT = 15  # shorter than the third job's wait in the queue: queue time must not count
@@ -47,7 +48,7 @@ from airflow_provider_disttrain.parameters import WaitPolicy
 def pipeline():
 """
 COMMON = (
-    f"local_queue={LOCAL_QUEUE!r}, deferrable=True, "
+    f"local_queue={POOL_QUEUE!r}, deferrable=True, "
     # A progress line per second at most after the first three (default 30 s): the waiting job's line with
     # Kueue's reason must not be folded into the next one when the job's start used the burst.
     f"wait_policy=WaitPolicy(poll_interval=1, startup_timeout={STARTUP_TIMEOUT}, progress_interval=1), "
@@ -108,7 +109,28 @@ def _epoch(stamp: str) -> float:
     return parsed.timestamp()
 
 
-def test_three_8_gpu_jobs_on_16_gpus_two_run_the_third_waits_for_quota_then_runs(namespace, airflow_db, jobs, tmp_path):
+@pytest.fixture
+def sixteen_gpu_queue(admin_api: Any, namespace: str) -> Iterator[str]:
+    """The LocalQueue ``POOL_QUEUE`` on a ClusterQueue of 16 GPUs, on two nodes of 8 of the test's own."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(admin_api)
+    with (
+        gpu_pool(admin_api, namespace, nodes=2) as pool,
+        own_queue(custom, namespace, POOL_QUEUE, gpus=16, flavor=pool.flavor),
+    ):
+        yield POOL_QUEUE
+
+
+@pytest.fixture
+def unqueued_pool(admin_api: Any, namespace: str) -> Iterator[GpuPool]:
+    with gpu_pool(admin_api, namespace) as pool:
+        yield pool
+
+
+def test_three_8_gpu_jobs_on_16_gpus_two_run_the_third_waits_for_quota_then_runs(
+    namespace, airflow_db, jobs, tmp_path, sixteen_gpu_queue
+):
     database = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
     processes = {}
     for name, task in TASKS.items():
@@ -213,11 +235,14 @@ def test_queue_timeout_fails_with_kueues_message_and_deletes_the_job(
     )
 
 
-def test_a_job_without_queue_runs_unqueued(namespace, run_dag, jobs):
+def test_a_job_without_queue_runs_unqueued(namespace, run_dag, jobs, unqueued_pool):
     dag_id = unique_dag_id("kueue_unqueued")
     job_name = f"unqueued-{dag_id[-6:]}"
+    # No Kueue to pin it: the job's own node selector and toleration put its 8 GPUs on the test's node.
+    pods = PodOptions(node_selector=unqueued_pool.node_selector, tolerations=unqueued_pool.tolerations)
+    source = training_dag(dag_id, job_name=job_name, gpus_per_replica=8, deferrable=True, pod_options=pods)
 
-    result = run_dag(dag_id, training_dag(dag_id, job_name=job_name, gpus_per_replica=8, deferrable=True))
+    result = run_dag(dag_id, source)
 
     assert result.task_state("train") == "success"
     job = jobs.get("pytorchjobs", namespace, job_name)

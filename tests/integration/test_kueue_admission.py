@@ -8,8 +8,9 @@ deferrable, far sooner than its ``queue_timeout``, and nothing of it is left.
   submitting refuses the job; nothing is created.
 - A LocalQueue stopped while the job waits in it: the Workload says ``Suspended``; the same ending.
 
-Each test has a ClusterQueue of its own (8 nvidia.com/gpu, the namespace's only), so neither its quota
-nor its stop touch other tests.
+Each test has a ClusterQueue of its own (8 nvidia.com/gpu, the namespace's only) on a kwok node of its
+own (conftest's ``small_queue``), so neither its quota, its stop nor its jobs' pods touch other tests: they
+run beside them on any xdist worker.
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ import pytest
 
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.integration.conftest import SMALL_QUEUE, kueue_condition, training_dag, unique_dag_id, wait_until
-
-# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
-pytestmark = pytest.mark.xdist_group("gpus")
 
 QUEUE_TIMEOUT = 1800  # what the tasks would wait without Kueue's final word
 DEFERRABLE = pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
@@ -61,7 +59,7 @@ def test_a_job_over_its_cluster_queues_quota_fails_at_once_in_kueues_words_and_i
     assert "JobInadmissibleError" in output
     assert f"PyTorchJob {namespace}/{job_name} was not admitted: Kueue can never admit it (ExceedsMaxQuota: " in output
     # Kueue's own words (pkg/scheduler/flavorassigner, fitsResourceQuota).
-    assert "insufficient quota for nvidia.com/gpu in flavor default-flavor" in output
+    assert f"insufficient quota for nvidia.com/gpu in flavor {small_queue.flavor}" in output
     assert "> maximum capacity (8)" in output
     assert f"PyTorchJob {namespace}/{job_name} was deleted: Kueue can never admit it as its queues stand." in output
     assert "was not admitted by Kueue within queue_timeout" not in output

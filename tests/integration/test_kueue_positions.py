@@ -32,11 +32,8 @@ from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.kueue import QueuePositionReader
 from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions, cluster_fetch
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-from tests.integration.conftest import KUEUE, SmallQueue, create_queue, wait_until
+from tests.integration.conftest import SmallQueue, gpu_pool, own_queue, wait_until
 from tests.integration.test_kueue import _condition
-
-# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
-pytestmark = pytest.mark.xdist_group("gpus")
 
 REPO = Path(__file__).resolve().parents[2]
 VISIBILITY_PORT = int(os.environ.get("DEVCLUSTER_KUEUE_VISIBILITY_PORT", "18085"))
@@ -48,9 +45,12 @@ def two_gpu_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin_api)
-    cluster_queue = create_queue(custom, namespace, LOCAL_QUEUE, gpus=2)
-    yield SmallQueue(custom, namespace, cluster_queue, name=LOCAL_QUEUE)
-    custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+    # Its quota and the jobs it admits on a node of its own: no other test counts or takes them.
+    with (
+        gpu_pool(admin_api, namespace, gpus_per_node=2) as pool,
+        own_queue(custom, namespace, LOCAL_QUEUE, gpus=2, flavor=pool.flavor) as cluster_queue,
+    ):
+        yield SmallQueue(custom, namespace, cluster_queue, pool.flavor, name=LOCAL_QUEUE)
 
 
 def _visibility_kubeconfig(service_account_kubeconfig: Path, tmp_path: Path) -> Path:

@@ -6,12 +6,15 @@ job that has run), and succeeds once Kueue admits the job again. Both results re
 
 The sync and the deferrable pair run at once, each in a ClusterQueue of its own (4 nvidia.com/gpu,
 ``withinClusterQueue: LowerPriority``), so they neither wait for nor preempt each other or the other tests'
-jobs; two WorkloadPriorityClasses set the priorities. The four DAG runs are real ``dag.test()`` runs in
+jobs; both queues' flavor puts their pods on a kwok node of the test's own (8 GPUs, conftest's
+``gpu_pool``), so an admitted job never waits for GPUs other tests' jobs hold on the shared nodes. Two
+WorkloadPriorityClasses of the test's own set the priorities. The four DAG runs are real ``dag.test()`` runs in
 processes of their own (one process runs one task at a time), as in ``test_kueue.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -24,14 +27,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import KUEUE, create_queue, unique_dag_id
+from tests.integration.conftest import KUEUE, gpu_pool, own_queue, unique_dag_id
 from tests.integration.test_kueue import _airflow_home, _workloads
 
-# Needs the nodes' GPUs free for its jobs to run when Kueue admits them (all 16, or 4 at once per queue),
-# while many other tests' jobs (the example DAGs', manifests') ask GPUs too: run alone, after the parallel pass.
-pytestmark = pytest.mark.serial
-
-PRIORITIES = {"disttrain-it-low": 100, "disttrain-it-high": 10_000}
+PRIORITIES = {"low": 100, "high": 10_000}
 LOW_RUN_SECONDS = 90  # long enough to be preempted while it runs, even when a DAG run takes long to start
 HIGH_RUN_SECONDS = 5
 STARTUP_TIMEOUT = 20  # shorter than the low job's whole wait for re-admission: it must not apply again
@@ -83,42 +82,42 @@ RUNNER = textwrap.dedent(
 MODES = {"sync": False, "deferrable": True}
 
 
-def _ensure_priority_classes(custom: Any) -> None:
-    from kubernetes.client.exceptions import ApiException
+@pytest.fixture
+def priority_classes(admin_api: Any, namespace: str) -> Iterator[dict[str, str]]:
+    """The WorkloadPriorityClass name per level, named after the namespace (cluster-wide objects: tests
+    running at once must not share or delete each other's); deleted after the test."""
+    from kubernetes import client
 
-    for name, value in PRIORITIES.items():
-        try:
-            custom.create_cluster_custom_object(
-                *KUEUE,
-                "workloadpriorityclasses",
-                {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": "WorkloadPriorityClass",
-                    "metadata": {"name": name},
-                    "value": value,
-                },
-            )
-        except ApiException as error:
-            if error.status != 409:  # made by an earlier run: the same class
-                raise
+    custom = client.CustomObjectsApi(admin_api)
+    names = {level: f"{namespace}-{level}" for level in PRIORITIES}
+    with contextlib.ExitStack() as cleanup:
+        for level, name in names.items():
+            body = {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": PRIORITIES[level],
+            }
+            custom.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", body)
+            cleanup.callback(custom.delete_cluster_custom_object, *KUEUE, "workloadpriorityclasses", name)
+        yield names
 
 
 @pytest.fixture
 def preemptible_queues(admin_api: Any, namespace: str) -> Iterator[dict[str, str]]:
     """Per mode, a LocalQueue on a ClusterQueue of its own: the sync and the deferrable pairs run at once
-    (a third of the time of running them one after the other) without preempting each other."""
+    (a third of the time of running them one after the other) without preempting each other. Both on one
+    kwok node of 8 GPUs of the test's own: the two queues' quotas together."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin_api)
-    _ensure_priority_classes(custom)
     queues = {mode: f"preemptible-{mode}" for mode in MODES}
-    cluster_queues = [
-        create_queue(custom, namespace, queue, gpus=4, preemption={"withinClusterQueue": "LowerPriority"})
-        for queue in queues.values()
-    ]
-    yield queues
-    for cluster_queue in cluster_queues:
-        custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+    preemption = {"withinClusterQueue": "LowerPriority"}
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(gpu_pool(admin_api, namespace, gpus_per_node=4 * len(MODES)))
+        for queue in queues.values():
+            stack.enter_context(own_queue(custom, namespace, queue, gpus=4, flavor=pool.flavor, preemption=preemption))
+        yield queues
 
 
 def _start(tmp_path: Path, name: str, deferrable: bool, **fields: Any) -> subprocess.Popen[str]:
@@ -149,7 +148,7 @@ def _result(output: str) -> dict[str, Any]:
 
 
 def test_a_high_priority_job_preempts_a_running_low_one_which_is_readmitted_and_both_succeed(
-    namespace, airflow_db, jobs, tmp_path, preemptible_queues
+    namespace, airflow_db, jobs, tmp_path, preemptible_queues, priority_classes
 ):
     low_names = {mode: f"low-{mode[:4]}-{secrets.token_hex(3)}" for mode in MODES}
     processes: dict[str, subprocess.Popen[str]] = {}
@@ -163,7 +162,7 @@ def test_a_high_priority_job_preempts_a_running_low_one_which_is_readmitted_and_
                     f"{level}-{mode}",
                     deferrable,
                     job_name=low_names[mode] if level == "low" else f"high-{mode[:4]}-{secrets.token_hex(3)}",
-                    priority=f"disttrain-it-{level}",
+                    priority=priority_classes[level],
                     seconds=seconds,
                     local_queue=preemptible_queues[mode],
                 )
@@ -200,7 +199,7 @@ def test_a_high_priority_job_preempts_a_running_low_one_which_is_readmitted_and_
         assert low_result["state"] == "succeeded" and high_result["state"] == "succeeded"
         assert low_result["kueue"]["evictions"] == 1, (mode, low_result, said)
         assert low_result["kueue"]["evictions_by_reason"] == {"Preempted": 1}
-        assert low_result["kueue"]["priority_class"] == "disttrain-it-low"
+        assert low_result["kueue"]["priority_class"] == priority_classes["low"]
         # Admitted for its first run (until preempted) and its whole second run.
         assert low_result["kueue"]["running_seconds"] >= LOW_RUN_SECONDS
         assert low_result["kueue"]["queued_seconds"] >= HIGH_RUN_SECONDS  # waited while the high job ran

@@ -3,12 +3,13 @@ launcher is a batch Job run by the real kube-controller-manager)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
-from tests.integration.conftest import unique_dag_id
-
-# Holds or counts the cluster's 16 GPUs (Kueue quota, node capacity): one such test at a time, on one xdist worker.
-pytestmark = pytest.mark.xdist_group("gpus")
+from airflow_provider_disttrain.parameters import PodOptions
+from tests.integration.conftest import GpuPool, gpu_pool, unique_dag_id
 
 MPI_DAG = """
 import pendulum
@@ -26,6 +27,7 @@ def pipeline():
         slots_per_worker=2,
         gpus_per_replica=2,
         deferrable={deferrable},
+        pod_options={pod_options},
         wait_policy=WaitPolicy(poll_interval=1, startup_timeout=120),
     )
 
@@ -33,10 +35,18 @@ pipeline()
 """
 
 
+@pytest.fixture
+def pool(admin_api: Any, namespace: str) -> Iterator[GpuPool]:
+    """A kwok node of the test's own for its 4 GPUs: it neither takes nor waits for the shared nodes' GPUs."""
+    with gpu_pool(admin_api, namespace) as pool:
+        yield pool
+
+
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferrable", "sync"])
-def test_mpijob_succeeds_with_real_status(namespace, run_dag, jobs, deferrable):
+def test_mpijob_succeeds_with_real_status(namespace, run_dag, jobs, pool, deferrable):
     dag_id = unique_dag_id("mpi")
-    result = run_dag(dag_id, MPI_DAG.format(dag_id=dag_id, deferrable=deferrable))
+    pod_options = PodOptions(node_selector=pool.node_selector, tolerations=pool.tolerations)
+    result = run_dag(dag_id, MPI_DAG.format(dag_id=dag_id, deferrable=deferrable, pod_options=pod_options))
 
     assert result.state == "success", result.task_states
     summary = result.xcom("train")
