@@ -13,7 +13,15 @@ server returns them), and measures until every trigger has judged its job once, 
   0.1 s): how long every other trigger of the process waited at once;
 - ``callback``: the longest single event-loop callback (every ``Handle._run`` timed);
 - ``ready``: from the first trigger started to the last one having judged its job;
-- the HTTP requests the triggers sent, by verb (unchanged by this benchmark's subject).
+- the HTTP requests the triggers sent, by verb;
+- memory 5 s after ``ready``, over the same process before the start: RSS, the live Python objects
+  (pymalloc's bytes in allocated blocks) and pymalloc's arenas (what it took from the OS for them;
+  an arena goes back only once every object in it is freed, so arenas well above the live objects
+  mean objects kept scattered among freed ones).
+
+With ``--unlabelled`` the jobs carry none of the provider's labels (sensors on jobs someone else
+created): each trigger misses its job in the labelled watch and follows it through the namespace's
+watch of every job of the kind.
 
 Each (tree, N) runs in a child process of its own (a fresh triggerer: its own client, its own
 watch); ``--git-ref`` measures the provider as committed at that ref beside the working tree in the
@@ -23,6 +31,7 @@ closed again before the measured start, which builds its own, as a restarted tri
 
     .venv/bin/python bench/trigger_startup.py --jobs 200 1000 --git-ref 579aec4
     .venv/bin/python bench/trigger_startup.py --jobs 1000 --profile   # where the time goes (cProfile)
+    .venv/bin/python bench/trigger_startup.py --jobs 1000 --unlabelled --git-ref 579aec4 --rounds 3
 """
 
 from __future__ import annotations
@@ -56,6 +65,10 @@ from trigger_scale_relist import LoopBlocking  # noqa: E402
 WATCHDOG_SECONDS = 0.1  # Airflow's block_watchdog sleep
 WARM_UP_NAMESPACE = "warm-up"
 AT_ONCE = os.environ.get("TRIGGER_STARTUP_PACE") != "airflow"
+UNLABELLED = os.environ.get("TRIGGER_STARTUP_UNLABELLED") == "1"
+"""Jobs without the provider's labels (``--unlabelled``): set in the parent, read by the server and the child."""
+HOLD_SECONDS = 5.0
+"""Memory is read this long after every trigger judged its job once."""
 """Start every trigger in one callback, as bench/trigger_scale_child.py does (the default), or one per
 loop turn as Airflow's ``create_triggers`` does (``--airflow-pace``)."""
 
@@ -70,7 +83,7 @@ def running_job(index: int, namespace: str) -> dict[str, Any]:
     from tests.unit.fakes import make_job, running_status
 
     name = f"train-{index:05d}"
-    labels = {TASK_INSTANCE_LABEL: name}
+    labels = {"team": "ml"} if UNLABELLED else {TASK_INSTANCE_LABEL: name}
     job = make_job(name, namespace, uid=f"uid-{namespace}-{index}", status=running_status(), labels=labels)
     job["spec"] = copy.deepcopy(read_yaml("manifests/pytorchjob.yaml")["spec"])
     job["metadata"]["managedFields"] = [
@@ -163,6 +176,43 @@ def trigger_kwargs(port: int, namespace: str, jobs: int) -> list[dict[str, Any]]
     ]
 
 
+def memory() -> dict[str, int]:
+    """RSS, and pymalloc's live bytes and arena bytes (from ``sys._debugmallocstats``, on stderr)."""
+    import re
+
+    import psutil
+
+    with tempfile.TemporaryFile(mode="w+") as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        stats = captured.read()
+
+    def figure(label: str) -> int:
+        found = re.search(re.escape(label) + r"\s*=\s*([\d,]+)", stats)
+        assert found, f"no {label!r} in sys._debugmallocstats()"
+        return int(found.group(1).replace(",", ""))
+
+    return {
+        "rss": psutil.Process().memory_info().rss,
+        "live": figure("# bytes in allocated blocks"),
+        "arenas": figure("# arenas allocated current") * arena_bytes(stats),
+    }
+
+
+def arena_bytes(stats: str) -> int:
+    import re
+
+    found = re.search(r"arenas \* ([\d,]+) bytes/arena", stats)
+    assert found, "no arena size in sys._debugmallocstats()"
+    return int(found.group(1).replace(",", ""))
+
+
 async def measure(port: int, jobs: int, profile: bool) -> dict[str, Any]:
     from airflow_provider_disttrain.hooks import shared_watch
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
@@ -213,6 +263,7 @@ async def measure(port: int, jobs: int, profile: bool) -> dict[str, Any]:
         profiler = cProfile.Profile()
     ticker = asyncio.create_task(watchdog())
     await asyncio.sleep(WATCHDOG_SECONDS * 1.5)
+    memory_before = memory()
     with LoopBlocking() as meter:
         meter.active = True
         if profiler:
@@ -225,6 +276,8 @@ async def measure(port: int, jobs: int, profile: bool) -> dict[str, Any]:
         if profiler:
             profiler.disable()
         meter.active = False
+    await asyncio.sleep(HOLD_SECONDS)
+    grown = {key: value - memory_before[key] for key, value in memory().items()}
     ticker.cancel()
     for task in tasks:
         task.cancel()
@@ -240,6 +293,7 @@ async def measure(port: int, jobs: int, profile: bool) -> dict[str, Any]:
         "callback_ms": round(meter.longest * 1000, 1),
         "ready_s": round(ready, 2),
         "requests": dict(requests),
+        "memory_mb": {key: round(value / 2**20, 2) for key, value in grown.items()},
     }
 
 
@@ -295,21 +349,37 @@ def main(args: argparse.Namespace) -> None:
     print()
     print(
         f"provider: working tree{f' vs {args.git_ref} (before)' if args.git_ref else ''}; "
-        f"{args.rounds} round(s), worst shown; {os.cpu_count()} cores"
+        f"{'unlabelled' if args.unlabelled else 'labelled'} jobs; {args.rounds} round(s), worst shown; "
+        f"{os.cpu_count()} cores; memory {HOLD_SECONDS:.0f} s after ready, over the process before the start"
     )
-    header = f"{'':8}{'N':>6}{'stall (watchdog)':>18}{'longest callback':>18}{'ready':>9}  requests"
+    header = (
+        f"{'':8}{'N':>6}{'stall (watchdog)':>18}{'longest callback':>18}{'ready':>9}"
+        f"{'RSS':>10}{'live':>9}{'arenas':>9}  requests"
+    )
     print(header)
     for (label, jobs), runs in sorted(results.items(), key=lambda item: (item[0][1], item[0][0] != "before")):
         stall = max(r["stall_ms"] for r in runs)
         callback = max(r["callback_ms"] for r in runs)
         ready = max(r["ready_s"] for r in runs)
-        print(f"{label:8}{jobs:>6}{stall:>15.1f} ms{callback:>15.1f} ms{ready:>7.2f} s  {runs[-1]['requests']}")
+        rss, live, arenas = (worst_memory(runs, key) for key in ("rss", "live", "arenas"))
+        print(
+            f"{label:8}{jobs:>6}{stall:>15.1f} ms{callback:>15.1f} ms{ready:>7.2f} s"
+            f"{rss:>7.1f} MB{live:>6.1f} MB{arenas:>6.1f} MB  {runs[-1]['requests']}"
+        )
     if args.git_ref:
         for jobs in args.jobs:
             before, after = results[("before", jobs)], results[("after", jobs)]
-            ratio = max(r["stall_ms"] for r in after) / max(max(r["stall_ms"] for r in before), 0.001)
-            callback = max(r["callback_ms"] for r in after) / max(max(r["callback_ms"] for r in before), 0.001)
-            print(f"N={jobs}: stall after/before {ratio:.3f}, longest callback after/before {callback:.3f}")
+            ratios = {
+                "stall": max(r["stall_ms"] for r in after) / max(max(r["stall_ms"] for r in before), 0.001),
+                "longest callback": max(r["callback_ms"] for r in after)
+                / max(max(r["callback_ms"] for r in before), 0.001),
+                **{f"{key} memory": worst_memory(after, key) / worst_memory(before, key) for key in ("rss", "arenas")},
+            }
+            print(f"N={jobs}: after/before " + ", ".join(f"{name} {ratio:.3f}" for name, ratio in ratios.items()))
+
+
+def worst_memory(runs: list[dict[str, Any]], key: str) -> float:
+    return max(r["memory_mb"][key] for r in runs)
 
 
 if __name__ == "__main__":
@@ -321,9 +391,15 @@ if __name__ == "__main__":
     parser.add_argument(
         "--airflow-pace", action="store_true", help="start one trigger per loop turn (default: all at once)"
     )
+    parser.add_argument(
+        "--unlabelled", action="store_true", help="jobs without the provider's labels (sensors on a name)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
+    if parsed.unlabelled:  # before the server process is forked and the children started
+        os.environ["TRIGGER_STARTUP_UNLABELLED"] = "1"
+        UNLABELLED = True
     if parsed.child:
         child(parsed.port, parsed.jobs[0], parsed.profile)
     else:

@@ -292,13 +292,33 @@ async def test_waits_on_unlabelled_jobs_share_one_watch_and_leave_the_pool_to_th
     assert [query.get("labelSelector") for query in apiserver.queries("list")] == [TASK_INSTANCE_LABEL, None]
 
 
-async def test_sensors_deferred_at_once_read_their_jobs_through_a_few_connections(apiserver: Any) -> None:
-    """120 sensors deferred in one burst each read their job by name once the watch has listed (it caches
-    only jobs someone waited for when it listed). Unbounded, those reads opened the client's whole pool
-    of 100 connections, each keeping its buffers in the triggerer for good; a few in flight at a time
-    answer the burst all the same."""
+async def test_sensors_deferred_at_once_hand_over_to_the_name_watch_without_a_read_each(apiserver: Any) -> None:
+    """120 sensors deferred in one burst (a triggerer's restart) on jobs someone else created: the labelled
+    watch's first LIST, sent after they all subscribed, speaks for each of them (not one of the labelled
+    jobs), so they go to the namespace's watch, whose LIST has their jobs, without a GET each. With a GET
+    each, 1,000 such sensors sent 1,000 reads at once and the triggerer kept ~7 KB a job more memory."""
+    names = [f"external-{number}" for number in range(120)]
+    for name in names:
+        await apiserver.put(make_job(name, "ml", uid=f"uid-{name}", status=succeeded_status()))
+
+    events = await asyncio.gather(*(run_once(make_trigger(apiserver, name=n, uid=f"uid-{n}")) for n in names))
+
+    assert [event["status"] for event in events] == ["success"] * len(names)
+    assert [query.get("labelSelector") for query in apiserver.queries("list")] == [TASK_INSTANCE_LABEL, None]
+    assert apiserver.count("get") == 0
+
+
+async def test_sensors_deferred_after_the_watch_listed_read_their_jobs_through_a_few_connections(
+    apiserver: Any,
+) -> None:
+    """120 sensors deferred in one burst once the labelled watch has listed (a labelled job was already
+    waited on) each read their job by name: the LIST is older than them, so their job may just have
+    been created. Unbounded, those reads opened the client's whole pool of 100 connections, each keeping
+    its buffers in the triggerer for good; a few in flight at a time answer the burst all the same."""
     from airflow_provider_disttrain.hooks.cluster_client import MAX_SHORT_REQUESTS
 
+    await apiserver.put(job(running_status()))  # the provider's own job, labelled
+    ours = await started(make_trigger(apiserver), apiserver)
     names = [f"external-{number}" for number in range(120)]
     for name in names:
         await apiserver.put(make_job(name, "ml", uid=f"uid-{name}", status=succeeded_status()))
@@ -309,6 +329,8 @@ async def test_sensors_deferred_at_once_read_their_jobs_through_a_few_connection
     assert apiserver.count("get") >= len(names)  # every sensor did read its job
     # The short requests' few, and one each for the labelled watch and the namespace's watch.
     assert len(apiserver.client_connections) <= MAX_SHORT_REQUESTS + 2
+    await apiserver.put(job(succeeded_status()))
+    assert (await ours)["status"] == "success"
 
 
 async def test_a_sensor_keeps_what_the_watch_would_cache_of_its_job_not_the_whole_spec(apiserver: Any) -> None:
