@@ -544,6 +544,7 @@ class InMemoryWatches:
 class _InMemorySubscription:
     synced = True
     problem = None
+    listed = True  # every look reads the in-memory cluster afresh: a view newer than the subscription
 
     def __init__(self, cluster: Any, kind: Any, namespace: str, name: str) -> None:
         from types import SimpleNamespace
