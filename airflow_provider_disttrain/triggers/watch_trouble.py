@@ -1,4 +1,4 @@
-"""How long a trigger bears its shared watch's trouble (``hooks.shared_watch.WatchProblem``), and what it says then.
+"""How long a trigger bears its shared watch's trouble (``hooks.watch_values.WatchProblem``), and what it says then.
 
 An outage ends the wait with ``lost_contact`` after the operator's ``api_failure_tolerance``; a refusal
 (401, 403) ends it at once, unless access worked before (a restarted API server refuses until its RBAC
