@@ -151,6 +151,22 @@ class LeaderLogFollower:
         self._dropped_bytes = 0
         self._dropped_since: float | None = None
         self._problems: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Run ``run()`` as a task of the running loop, until ``end()``."""
+        self._task = asyncio.get_running_loop().create_task(self.run())
+
+    async def end(self, save: bool = True) -> None:
+        """Stop following and (``save``) record where it stopped: the operator's final copy of the logs
+        goes on from there, so the event is not held back waiting for the stream's last lines."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.wait({task})
+        if save:
+            await self.stop()
 
     async def run(self) -> None:
         job = await self.read_job()

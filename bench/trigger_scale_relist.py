@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from airflow_provider_disttrain.connection import ClusterConnection  # noqa: E402
-from airflow_provider_disttrain.hooks import shared_watch  # noqa: E402
+from airflow_provider_disttrain.hooks import shared_watch, watch_registry  # noqa: E402
 from airflow_provider_disttrain.kinds import get_job_kind  # noqa: E402
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL  # noqa: E402
 from tests.unit.conftest import read_yaml  # noqa: E402
@@ -97,7 +97,7 @@ async def measure(
     connection = ClusterConnection(kubeconfig=kubeconfig)
     kind = get_job_kind("PyTorchJob")
     with LoopBlocking() as blocking:
-        async with shared_watch.subscribe(
+        async with watch_registry.subscribe(
             connection, kind, namespace, "waited", label_selector=TASK_INSTANCE_LABEL
         ) as sub:
             watch = sub.watch
@@ -118,7 +118,7 @@ async def measure(
                     del watch._subscribers[name]
         await watch.stop()
         await watch.cluster.close()
-        shared_watch._registries.clear()
+        watch_registry._registries.clear()
     return {
         "blocked_ms": round(blocking.longest * 1000, 1),
         "relist_s": round(elapsed, 2),

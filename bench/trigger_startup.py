@@ -214,7 +214,7 @@ def arena_bytes(stats: str) -> int:
 
 
 async def measure(port: int, jobs: int, profile: bool) -> dict[str, Any]:
-    from airflow_provider_disttrain.hooks import shared_watch
+    from airflow_provider_disttrain.hooks import watch_registry
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
     seen: set[str] = set()
@@ -237,7 +237,7 @@ async def measure(port: int, jobs: int, profile: bool) -> dict[str, Any]:
     for task in warm:
         task.cancel()
     await asyncio.gather(*warm, return_exceptions=True)
-    while shared_watch.registry().clusters:  # the client closes with its last watch (after the linger)
+    while watch_registry.registry().clusters:  # the client closes with its last watch (after the linger)
         await asyncio.sleep(0.1)
     await asyncio.sleep(0.5)
     gc.collect()

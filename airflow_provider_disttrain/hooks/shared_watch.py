@@ -21,15 +21,10 @@ stream, deserialises each event a second time, and retries 410 itself from a sta
 needs one shared client, resumption from bookmarks and a relist with backoff instead. Reading the
 stream's JSON lines is all it takes.
 
-A watch can also follow objects that are not jobs and are keyed by a label rather than their name:
-the trigger follows the Kueue Workloads of queued jobs through one watch per namespace, selected by
-and indexed on Kueue's ``job-uid`` label (``index_label``), since Kueue names a Workload itself. One
-label value may have several objects at once (Kueue replaces a job's Workload and deletes the old one,
-before or after): they are kept by their own uid, and a subscriber sees the one that stands
-(``kueue.standing_workload``), so a predecessor's deletion does not hide its successor.
-
-The watch starts with its first subscriber and stops ``LINGER_SECONDS`` after its last one leaves;
-its cluster's client closes with the cluster's last watch.
+What the watch keeps, and how it follows objects keyed by a label (Kueue's Workloads), is
+``hooks.watch_cache``; its values are ``hooks.watch_values``. Waiters take a ``Subscription`` with
+``hooks.watch_registry.subscribe``. The watch starts with its first subscriber and stops
+``LINGER_SECONDS`` after its last one leaves; its cluster's client closes with the cluster's last watch.
 """
 
 from __future__ import annotations
@@ -39,22 +34,21 @@ import contextlib
 import json
 import logging
 import random
-import weakref
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_disttrain import clock as clocks
 from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.clock import Clock
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.async_training_job import raise_for_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.faults import Action, Fault, classify, error_class
-from airflow_provider_disttrain.hooks.loop_pacing import pacer
+from airflow_provider_disttrain.hooks.watch_cache import WatchCache
+from airflow_provider_disttrain.hooks.watch_values import CachedJob, WatchKey, WatchProblem, trimmed
 from airflow_provider_disttrain.kinds import ApiResource, JobKind
-from airflow_provider_disttrain.kueue import standing_workload
+
+__all__ = ["CachedJob", "SharedWatch", "Subscription", "WatchKey", "WatchProblem", "trimmed"]
 
 LINGER_SECONDS = 5.0
 """How long a watch outlives its last subscriber: a trigger moved or retried soon finds it warm."""
@@ -80,54 +74,6 @@ ARRIVALS_MAX_SECONDS = 2.0
 """... but no longer than this after its first subscriber."""
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WatchKey:
-    cluster: str
-    kind: str
-    namespace: str
-    label_selector: str = ""
-    field_selector: str = ""
-    index_label: str = ""
-    """Subscribers name objects by this label's value instead of ``metadata.name``."""
-
-
-@dataclass(frozen=True)
-class CachedJob:
-    """The latest object seen for a job; ``deleted`` once the API server said it is gone."""
-
-    job: dict[str, Any]
-    deleted: bool = False
-
-
-@dataclass(frozen=True)
-class WatchProblem:
-    """Why the watch cannot see the server right now, and since when (the watch clock's monotonic seconds)."""
-
-    error: BaseException
-    since: float
-    status: int | None
-    fatal: bool
-    """Not an outage: retrying will not help (a 404 of the resource type, a malformed answer)."""
-
-    @property
-    def denied(self) -> bool:
-        return self.status in (401, 403)
-
-
-def trimmed(job: Mapping[str, Any]) -> dict[str, Any]:
-    """What waiting needs of a job (identity, labels, status), not its spec or managedFields.
-
-    The cache holds one object per job of the namespace; trimming keeps 1,000 waiting jobs in a few MB.
-    """
-    metadata = job.get("metadata") or {}
-    kept = {
-        key: metadata[key]
-        for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
-        if key in metadata
-    }
-    return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"), "metadata": kept, "status": job.get("status")}
 
 
 class Subscription:
@@ -195,7 +141,7 @@ class Subscription:
         return None if job is None else trimmed(job)
 
 
-class SharedWatch:
+class SharedWatch(WatchCache):
     """LIST + WATCH of one kind in one namespace, cached, with subscribers per job name."""
 
     def __init__(
@@ -206,16 +152,12 @@ class SharedWatch:
         on_idle: Any,
         clock: Clock | None = None,
     ) -> None:
-        self.key = key
+        super().__init__(key)
         self.clock = clock or clocks.current()
         self.kind = kind
         self.resource = kind.resource if isinstance(kind, JobKind) else kind
         self.cluster = cluster
         self._on_idle = on_idle
-        self._jobs: dict[str, CachedJob] = {}
-        # With ``index_label``: each label value's objects by their own uid (what ``_jobs`` is chosen from).
-        self._members: dict[str, dict[str, CachedJob]] = {}
-        self._subscribers: dict[str, set[Subscription]] = {}
         self._resource_version: str | None = None
         self.synced = False
         self.ever_synced = False
@@ -254,29 +196,6 @@ class SharedWatch:
         if not self._subscribers and self._idle_timer is None:
             self._idle_timer = asyncio.get_running_loop().call_later(LINGER_SECONDS, self._stop_if_idle)
 
-    def cached(self, name: str) -> CachedJob | None:
-        return self._jobs.get(name)
-
-    def _name_of(self, obj: Mapping[str, Any]) -> str:
-        """What subscribers call ``obj``: its name, or its ``index_label`` value."""
-        metadata = obj.get("metadata") or {}
-        if self.key.index_label:
-            return str((metadata.get("labels") or {}).get(self.key.index_label))
-        return str(metadata.get("name"))
-
-    def _indexed(self, name: str, entry: CachedJob) -> CachedJob:
-        """What the subscribers of label value ``name`` see after ``entry``, kept by its own uid: the
-        object that stands among the value's live ones, else ``entry`` itself (a tombstone, or one being
-        deleted). Deleted objects leave the members, so they stay as few as the objects that exist."""
-        members = self._members.setdefault(name, {})
-        uid = str(entry.job["metadata"].get("uid"))
-        if entry.deleted:
-            members.pop(uid, None)
-        else:
-            members[uid] = entry
-        standing = standing_workload(member.job for member in members.values())
-        return next((member for member in members.values() if member.job is standing), entry)
-
     def _stop_if_idle(self) -> None:
         self._idle_timer = None
         if self._subscribers:
@@ -292,16 +211,6 @@ class SharedWatch:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    def _notify(self, name: str | None = None) -> None:
-        """Wake the subscribers of ``name``, or every subscriber (a change of the watch's health)."""
-        groups = [self._subscribers.get(name, set())] if name is not None else list(self._subscribers.values())
-        # Through the loop's pacer: the first LIST (or a change of health) wakes every subscriber, and
-        # 1,000 triggers woken in one turn of the loop would hold it for a second (``loop_pacing``).
-        pace = pacer().call
-        for subscribers in groups:
-            for subscription in subscribers:
-                pace(subscription.notify)
 
     # The loop ------------------------------------------------------------------------------------
 
@@ -458,19 +367,7 @@ class SharedWatch:
             if not token:
                 break
         self._accepted()
-        if self.key.index_label:
-            self._members = {}
-            jobs = {}
-            for item in items:
-                jobs[self._name_of(item)] = self._indexed(self._name_of(item), CachedJob(item))
-        else:
-            jobs = {self._name_of(item): CachedJob(item) for item in items}
-        for name, entry in self._jobs.items():
-            if name not in jobs and name in self._subscribers:
-                # Gone while we were not watching: its subscribers learn it from a tombstone.
-                jobs[name] = entry if entry.deleted else CachedJob(entry.job, deleted=True)
-        changed = [name for name in set(jobs) | set(self._jobs) if jobs.get(name) != self._jobs.get(name)]
-        self._jobs = jobs
+        changed = self._keep_listed(items)
         self._resource_version = metadata.get("resourceVersion")
         self.listed_through = sent_after
         first_sync = not self.synced
@@ -480,23 +377,6 @@ class SharedWatch:
         else:
             for name in changed:
                 self._notify(name)
-
-    def _compacted(self, page: dict[str, Any]) -> list[dict[str, Any]]:
-        """The trimmed items of a LIST page that someone waits for, as objects of their own.
-
-        A page of 500 jobs parses into ~10 MB of Python objects, of which the cache keeps a few small
-        parts per job (labels, status); kept as they are, those parts pin most of the page's memory
-        arenas (CPython's allocator returns an arena only once every object in it is freed), and the
-        process kept ~7 KB a job it did not use (``bench/trigger_scale.py --unlabelled`` at 1,000).
-        Serialized, the page freed, and parsed again, the kept parts are packed into few arenas and
-        the page's are returned. The round trip costs about 2 ms per 100 kept jobs, a fraction of the
-        page's own parse.
-        """
-        kept = json.dumps(
-            [trimmed(item) for item in page.get("items") or [] if self._name_of(item) in self._subscribers]
-        )
-        page.clear()  # the caller's reference too: the page's objects go before the copies are made
-        return json.loads(kept)  # type: ignore[no-any-return]
 
     async def _watch_once(self) -> None:
         """One watch request, applying its events, until the server ends it at ``timeoutSeconds``."""
@@ -543,12 +423,7 @@ class SharedWatch:
             self._resource_version = metadata["resourceVersion"]
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             return  # BOOKMARK: only its resourceVersion matters
-        name = self._name_of(obj)
-        if name not in self._subscribers:
-            return  # nobody waits for it (a trigger that comes for it later reads it once)
-        entry = CachedJob(trimmed(obj), deleted=event_type == "DELETED")
-        self._jobs[name] = self._indexed(name, entry) if self.key.index_label else entry
-        self._notify(name)
+        self._store(obj, deleted=event_type == "DELETED")
 
     async def read(self, name: str) -> dict[str, Any] | None:
         from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
@@ -563,88 +438,3 @@ class SharedWatch:
 
         async with self.cluster.short_request() as (api, _):
             return await AsyncJobClient(api).list_warning_events(self.key.namespace, name)
-
-
-class WatchRegistry:
-    """The shared watches and cluster clients of one event loop (one triggerer)."""
-
-    def __init__(self, clock: Clock | None = None) -> None:
-        self.clock = clock or clocks.current()
-        self.clusters: dict[str, ClusterClient] = {}
-        self.watches: dict[WatchKey, SharedWatch] = {}
-        self._closing: set[asyncio.Task[None]] = set()
-
-    def watch_for(
-        self,
-        connection: ClusterConnection,
-        kind: JobKind | ApiResource,
-        namespace: str,
-        label_selector: str,
-        field_selector: str,
-        index_label: str = "",
-    ) -> SharedWatch:
-        cluster_key = connection.identity
-        key = WatchKey(cluster_key, kind.kind, namespace, label_selector, field_selector, index_label)
-        watch = self.watches.get(key)
-        if watch is None:
-            cluster = self.clusters.get(cluster_key)
-            if cluster is None:
-                cluster = self.clusters[cluster_key] = ClusterClient(connection, clock=self.clock.monotonic)
-            watch = self.watches[key] = SharedWatch(key, kind, cluster, self._forget, self.clock)
-        return watch
-
-    def _forget(self, watch: SharedWatch) -> None:
-        """A watch went idle: drop it, and close its cluster's client if no other watch uses it."""
-        if self.watches.get(watch.key) is watch:
-            del self.watches[watch.key]
-        cluster_in_use = any(w.cluster is watch.cluster for w in self.watches.values())
-        if not cluster_in_use:
-            self.clusters.pop(watch.key.cluster, None)
-        task = asyncio.get_running_loop().create_task(self._close(watch, None if cluster_in_use else watch.cluster))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
-    @staticmethod
-    async def _close(watch: SharedWatch, cluster: ClusterClient | None) -> None:
-        await watch.stop()
-        if cluster is not None:
-            await cluster.close()
-
-
-_registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchRegistry] = weakref.WeakKeyDictionary()
-
-
-def registry() -> WatchRegistry:
-    """The registry of the running event loop (the triggerer has one loop for all its triggers), on
-    that loop's clock."""
-    loop = asyncio.get_running_loop()
-    if loop not in _registries:
-        _registries[loop] = WatchRegistry(clocks.current())
-    return _registries[loop]
-
-
-@contextlib.asynccontextmanager
-async def subscribe(
-    connection: ClusterConnection,
-    kind: JobKind | ApiResource,
-    namespace: str,
-    name: str,
-    *,
-    label_selector: str = "",
-    field_selector: str = "",
-    watch_timeout: float = 300.0,
-    poll_interval: float = 10.0,
-    index_label: str = "",
-    changed: asyncio.Event | None = None,
-) -> AsyncIterator[Subscription]:
-    """Follow job ``name`` through the loop's shared watch of (cluster, kind, namespace, selectors).
-
-    With ``index_label``, ``name`` is that label's value (the watch must select on the label); with
-    ``changed``, the subscription sets that event (another subscription's ``changed``) on each change.
-    """
-    watch = registry().watch_for(connection, kind, namespace, label_selector, field_selector, index_label)
-    subscription = watch.subscribe(name, watch_timeout, poll_interval, changed)
-    try:
-        yield subscription
-    finally:
-        watch.unsubscribe(subscription)

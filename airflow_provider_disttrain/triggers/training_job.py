@@ -14,7 +14,6 @@ nothing changes on the server.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,35 +28,28 @@ from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.gpus import gpus_held
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import classify
+from airflow_provider_disttrain.hooks.workload_follower import WorkloadFollower
 from airflow_provider_disttrain.kinds import get_job_kind
-from airflow_provider_disttrain.kueue import (
-    JOB_UID_LABEL,
-    WORKLOAD,
-    held_by_kueue,
-    is_admitted,
-    queue_name,
-    waiting_message,
-)
-from airflow_provider_disttrain.kueue_admission import NeverAdmitted, never_admitted
-from airflow_provider_disttrain.kueue_position import QueuePosition
+from airflow_provider_disttrain.kueue import held_by_kueue
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
-from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, lost_contact, make_outcome
+from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
 from airflow_provider_disttrain.parameters import (
     DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
     DEFAULT_PROGRESS_INTERVAL_SECONDS,
 )
 from airflow_provider_disttrain.progress import ProgressTracker
 from airflow_provider_disttrain.status import JobState, has_run, job_state
+from airflow_provider_disttrain.triggers import watch_trouble
+from airflow_provider_disttrain.triggers.stored_kwargs import stored_connection, stored_kwargs, warn_newer_kwargs
 
 if TYPE_CHECKING:
-    from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions
-    from airflow_provider_disttrain.hooks.shared_watch import Subscription, WatchProblem
+    from airflow_provider_disttrain.hooks.shared_watch import Subscription
+    from airflow_provider_disttrain.hooks.watch_values import WatchProblem
 
 PROVIDER_JOB_LABEL = TASK_INSTANCE_LABEL
 """Every job the provider creates carries it; the shared watch selects on its presence."""
 PROVIDER_JOB_SELECTOR = PROVIDER_JOB_LABEL
-_ACCESS_DENIED_GRACE_SECONDS = 30.0
 SETTLE_SECONDS = 10.0
 """A trigger's event comes no sooner than this after its ``run()`` started. Airflow 3.3's scheduler fails
 a deferred task whose trigger fired before it had drained the executor's stale SUCCESS of the deferring
@@ -73,22 +65,6 @@ def _labels(job: Mapping[str, Any]) -> Mapping[str, str]:
 
 def _version(job: Mapping[str, Any]) -> str | None:
     return (job.get("metadata") or {}).get("resourceVersion")
-
-
-def _access_denied_message(title: str, problem: WatchProblem) -> str:
-    """Which refusal it is: bad credentials (401) or missing RBAC permission (403)."""
-    error = problem.error
-    detail = f"{getattr(error, 'reason', '') or ''}".strip() or describe_error(error)
-    if problem.status == 401:
-        return (
-            f"the API server rejected the connection's credentials while watching {title} "
-            f"(401 {detail}), even after reloading them (exec plugin or token file); check the "
-            "connection's kubeconfig and that its token can still be issued"
-        )
-    return (
-        f"the API server refused access to {title} (403 {detail}); check the connection's RBAC Role "
-        "(it needs get, list and watch on the job kind)"
-    )
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -148,32 +124,22 @@ class TrainingJobTrigger(BaseTrigger):
         **newer_kwargs: Any,
     ) -> None:
         super().__init__()
-        if newer_kwargs:
-            self.log.warning(
-                "Ignoring trigger arguments %s for %s %s/%s: written by a newer version of the provider than "
-                "this triggerer's (a rolling upgrade); the job is waited for without them",
-                sorted(newer_kwargs),
-                kind,
-                namespace,
-                name,
-            )
+        warn_newer_kwargs(self.log, newer_kwargs, kind, namespace, name)
         self.kind = kind
         self.name = name
         self.namespace = namespace
         self.uid = uid
-        if connection is None:  # a row stored before the typed connection
-            connection = ClusterConnection(kubernetes_conn_id, cluster_context, config_dict, connection_extras)
-        elif not isinstance(connection, ClusterConnection):
-            if unknown := ClusterConnection.unknown_keys(connection):
-                self.log.warning(
-                    "Ignoring connection keys %s for %s %s/%s: written by a newer version of the provider",
-                    unknown,
-                    kind,
-                    namespace,
-                    name,
-                )
-            connection = ClusterConnection.from_dict(connection, ignore_unknown=True)
-        self.connection = connection
+        self.connection = stored_connection(
+            connection,
+            kubernetes_conn_id,
+            cluster_context,
+            config_dict,
+            connection_extras,
+            log=self.log,
+            kind=kind,
+            namespace=namespace,
+            name=name,
+        )
         self.startup_deadline = startup_deadline
         self.execution_deadline = execution_deadline
         self.queue_deadline = queue_deadline
@@ -187,8 +153,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.stream_logs_bytes_per_second = stream_logs_bytes_per_second
         self._seen_running = False
         self._log_follower: LeaderLogFollower | None = None
-        self._log_task: asyncio.Task[None] | None = None
-        self._workload = _WorkloadFollower()
+        self._workload = WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
         self._progress = ProgressTracker(interval=progress_interval)
@@ -199,24 +164,7 @@ class TrainingJobTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "kind": self.kind,
-                "name": self.name,
-                "namespace": self.namespace,
-                "uid": self.uid,
-                "connection": self.connection.to_dict(),
-                "startup_deadline": self.startup_deadline,
-                "execution_deadline": self.execution_deadline,
-                "queue_deadline": self.queue_deadline,
-                "poll_interval": self.poll_interval,
-                "watch_timeout": self.watch_timeout,
-                "progress_interval": self.progress_interval,
-                "gpus_per_replica": self.gpus_per_replica,
-                "api_failure_tolerance": self.api_failure_tolerance,
-                "delete_on_kill": self.delete_on_kill,
-                "stream_logs": self.stream_logs,
-                "stream_logs_bytes_per_second": self.stream_logs_bytes_per_second,
-            },
+            stored_kwargs(self),
         )
 
     def _clock(self) -> Clock:
@@ -290,7 +238,7 @@ class TrainingJobTrigger(BaseTrigger):
     async def _wait_until_done(self) -> dict[str, Any]:
         # Imported here so that loading the trigger class (the UI does) does not import the clients.
         from airflow_provider_disttrain.hooks.loop_pacing import pacer
-        from airflow_provider_disttrain.hooks.shared_watch import subscribe
+        from airflow_provider_disttrain.hooks.watch_registry import subscribe
 
         # A triggerer that starts many triggers at once (a restart, a takeover) starts them a few per
         # turn of its event loop, so that their first steps do not hold the loop all in one turn.
@@ -415,7 +363,7 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _follow_logs(self, job: Mapping[str, Any], subscription: Subscription) -> None:
         """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends)."""
-        if not self.stream_logs or self._log_task is not None or job_state(job) is not JobState.RUNNING:
+        if not self.stream_logs or self._log_follower is not None or job_state(job) is not JobState.RUNNING:
             return
         self._log_follower = LeaderLogFollower(
             subscription.watch.cluster,
@@ -427,19 +375,13 @@ class TrainingJobTrigger(BaseTrigger):
             bytes_per_second=self.stream_logs_bytes_per_second,
             clock=self._clock(),
         )
-        self._log_task = asyncio.get_running_loop().create_task(self._log_follower.run())
+        self._log_follower.start()
 
     async def _stop_following_logs(self, save: bool = True) -> None:
-        """Stop following and (``save``) record where it stopped: the operator's final copy of the logs
-        goes on from there, so the event is not held back waiting for the stream's last lines."""
-        task, follower = self._log_task, self._log_follower
-        self._log_task = self._log_follower = None
-        if task is None or follower is None:
-            return
-        task.cancel()
-        await asyncio.wait({task})
-        if save:
-            await follower.stop()
+        """Stop following the leader's log, recording where it stopped with ``save`` (``LeaderLogFollower.end``)."""
+        follower, self._log_follower = self._log_follower, None
+        if follower is not None:
+            await follower.end(save)
 
     def _report_progress(self, job: Mapping[str, Any], waiting_reason: str | None = None) -> None:
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""
@@ -460,24 +402,8 @@ class TrainingJobTrigger(BaseTrigger):
         self, problem: WatchProblem | None, had_access: bool, job: dict[str, Any] | None
     ) -> dict[str, Any] | None:
         """An error outcome when the watch's trouble has lasted longer than this trigger tolerates."""
-        if problem is None:
-            return None
-        error = problem.error
-        if problem.fatal:
-            return make_outcome(self.ref, ERROR, f"watching {self.ref.title} failed: {describe_error(error)}", job)
-        waited = self._clock().monotonic() - problem.since
-        if problem.denied:
-            # A first refusal is final; after access worked, a restarted API server gets a grace.
-            if had_access and waited < _ACCESS_DENIED_GRACE_SECONDS:
-                return None
-            return make_outcome(self.ref, ERROR, _access_denied_message(self.ref.title, problem), job)
-        if waited >= self.api_failure_tolerance:
-            # Not an error of the job's: the operator ends the task without deleting it (``ending``). The
-            # watch's view of the job is as of the moment the trouble began.
-            clock = self._clock()
-            last_contact = clock.wall() - (clock.monotonic() - problem.since)
-            return lost_contact(self.ref, job, waited=waited, last_contact=last_contact, error=describe_error(error))
-        return None
+        tolerance, clock = self.api_failure_tolerance, self._clock()
+        return watch_trouble.judge_problem(self.ref, problem, had_access, job, tolerance=tolerance, clock=clock)
 
     async def _check_deadline_unseen(
         self, job: dict[str, Any] | None, subscription: Subscription
@@ -504,10 +430,8 @@ class TrainingJobTrigger(BaseTrigger):
             remaining,
             self._progress.seconds_until_due(clock.wall()),
             self._refusal_looks.seconds_until_due(job, clock.wall()),
+            watch_trouble.seconds_until_judged(problem, self.api_failure_tolerance, clock),
         ]
-        if problem is not None and not problem.fatal:
-            limit = _ACCESS_DENIED_GRACE_SECONDS if problem.denied else self.api_failure_tolerance
-            waits.append(max(0.0, problem.since + limit - clock.monotonic()) + 0.01)
         known = [wait for wait in waits if wait is not None]
         return min(known) if known else None
 
@@ -521,116 +445,3 @@ class TrainingJobTrigger(BaseTrigger):
                 jobs.delete_job(get_job_kind(self.kind), self.name, self.namespace, self.uid),
                 _KILL_TIMEOUT_SECONDS,
             )
-
-
-class _WorkloadFollower:
-    """One trigger's subscription to the Kueue Workload of its job, open only while Kueue holds the job.
-
-    Workloads are followed through one shared watch per (cluster, namespace), selecting every Workload
-    that has Kueue's ``job-uid`` label and indexed on it (Kueue names a Workload itself). A job without
-    the queue label, or one Kueue has admitted, opens none: clusters without Kueue see no extra request.
-    A Workload that cannot be read (403: the Role lacks the verbs; 404: Kueue is not installed) is
-    reported once and not asked for again; the job is still waited for.
-    """
-
-    def __init__(self) -> None:
-        self._context: contextlib.AbstractAsyncContextManager[Subscription] | None = None
-        self._subscription: Subscription | None = None
-        self._unreadable = False
-        self._positions_context: contextlib.AbstractAsyncContextManager[LocalQueuePositions] | None = None
-        self._positions: LocalQueuePositions | None = None
-        self.never_admitted: NeverAdmitted | None = None
-        """Kueue's word that it can never admit the job (``kueue_admission``), from the last ``follow``."""
-
-    async def follow(
-        self,
-        job: Mapping[str, Any] | None,
-        connection: ClusterConnection,
-        job_subscription: Subscription,
-        options: Mapping[str, Any],
-        log: Any,
-    ) -> str | None:
-        """Kueue's message for ``job`` while Kueue holds it (None otherwise, or while not known yet).
-
-        The Workload's changes wake the trigger through its job subscription's event.
-        """
-        self.never_admitted = None
-        if job is None or not held_by_kueue(job) or self._unreadable:
-            await self.stop()
-            return None
-        if self._subscription is None:
-            from airflow_provider_disttrain.hooks.shared_watch import subscribe
-
-            metadata = job["metadata"]
-            self._context = subscribe(
-                connection,
-                WORKLOAD,
-                metadata["namespace"],
-                metadata["uid"],
-                label_selector=JOB_UID_LABEL,
-                index_label=JOB_UID_LABEL,
-                changed=job_subscription.changed,
-                **options,
-            )
-            self._subscription = await self._context.__aenter__()
-        problem = self._subscription.problem
-        if problem is not None and (problem.fatal or problem.denied):
-            self._unreadable = True
-            log.warning(
-                "%s %s is queued by Kueue, but its Workload cannot be read (%s): the Role needs list and watch "
-                "on workloads.kueue.x-k8s.io to say why it waits",
-                job.get("kind"),
-                job["metadata"].get("name"),
-                describe_error(problem.error),
-            )
-            await self.stop()
-            return None
-        if not self._subscription.synced:
-            return None
-        entry = self._subscription.entry
-        workload = entry.job if entry is not None and not entry.deleted else None
-        self.never_admitted = never_admitted(workload)
-        message = waiting_message(workload)
-        if message and workload is not None and not is_admitted(workload) and self.never_admitted is None:
-            position = await self._position(job, workload, connection, job_subscription)
-            if position is not None:
-                # Without the waited time: the line changes only when the job moves in the queue.
-                created = (workload.get("metadata") or {}).get("creationTimestamp")
-                message = f"{message}; {position.describe(since=created)}"
-        return message
-
-    async def _position(
-        self,
-        job: Mapping[str, Any],
-        workload: Mapping[str, Any],
-        connection: ClusterConnection,
-        job_subscription: Subscription,
-    ) -> QueuePosition | None:
-        """The Workload's place in its LocalQueue, from the loop's shared poller of that queue."""
-        if self._positions is None:
-            from airflow_provider_disttrain.hooks.queue_positions import follow_position
-            from airflow_provider_disttrain.hooks.shared_watch import registry
-
-            # The Workload watch just opened holds the cluster's shared client: the poller borrows it.
-            cluster = registry().clusters.get(connection.identity)
-            workload_name = (workload.get("metadata") or {}).get("name")
-            if cluster is None or not workload_name:
-                return None
-            self._positions_context = follow_position(
-                connection.identity,
-                cluster,
-                job["metadata"]["namespace"],
-                str(queue_name(job)),
-                str(workload_name),
-                job_subscription.changed,
-            )
-            self._positions = await self._positions_context.__aenter__()
-        return self._positions.position(str((workload.get("metadata") or {}).get("name")))
-
-    async def stop(self) -> None:
-        context, self._context, self._subscription = self._context, None, None
-        positions, self._positions_context, self._positions = self._positions_context, None, None
-        if positions is not None:
-            await positions.__aexit__(None, None, None)
-        if context is not None:
-            await context.__aexit__(None, None, None)

@@ -521,7 +521,7 @@ def make_context(ti: FakeTI | None = None, store: FakeStateStore | None = None) 
 
 
 class InMemoryWatches:
-    """``hooks.shared_watch.subscribe`` over a ``FakeTrainingJobHook``, for operator and DAG-run tests.
+    """``hooks.watch_registry.subscribe`` over a ``FakeTrainingJobHook``, for operator and DAG-run tests.
 
     Each time the trigger looks at its subscription it reads the in-memory job (moving it one step
     along its progression, as between two watch events); ``wait`` returns after a short pause, as a

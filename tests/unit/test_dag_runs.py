@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.hooks import shared_watch
+from airflow_provider_disttrain.hooks import watch_registry
 from airflow_provider_disttrain.naming import DAG_ID_LABEL, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from tests.unit.fakes import FakeTrainingJobHook, InMemoryWatches, queued_status, running_status, succeeded_status
@@ -80,7 +80,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeTrainingJobHook:
     monkeypatch.setattr(TrainingJobOperator, "hook", property(lambda self: fake))
     watches = InMemoryWatches(fake)
     fake.watches = watches  # type: ignore[attr-defined]
-    monkeypatch.setattr(shared_watch, "subscribe", watches.subscribe)
+    monkeypatch.setattr(watch_registry, "subscribe", watches.subscribe)
     return fake
 
 

@@ -19,7 +19,7 @@ import pytest
 from openlineage.client.event_v2 import RunEvent, RunState
 from openlineage.client.serde import Serde
 
-from airflow_provider_disttrain.hooks import shared_watch
+from airflow_provider_disttrain.hooks import watch_registry
 from airflow_provider_disttrain.lineage_facets import FAILURE_FACET, JOB_FACET, METRICS_FACET, PRODUCER
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from tests.openlineage_events import pairs, parse_event
@@ -95,7 +95,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeTrainingJobHoo
     def make(*statuses: dict[str, Any]) -> FakeTrainingJobHook:
         fake = FakeTrainingJobHook(progression=statuses)
         monkeypatch.setattr(TrainingJobOperator, "hook", property(lambda self: fake))
-        monkeypatch.setattr(shared_watch, "subscribe", InMemoryWatches(fake).subscribe)
+        monkeypatch.setattr(watch_registry, "subscribe", InMemoryWatches(fake).subscribe)
         return fake
 
     return make

@@ -19,7 +19,7 @@ import pytest
 from kubernetes_asyncio import client as async_client
 
 import airflow_provider_disttrain.hooks.cluster_client as cluster_client
-import airflow_provider_disttrain.hooks.shared_watch as shared_watch
+import airflow_provider_disttrain.hooks.watch_registry as watch_registry
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import is_transient
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
@@ -217,7 +217,7 @@ async def test_a_waiting_trigger_outlives_a_plugin_failing_in_the_rebuild(
     caplog.set_level(logging.WARNING)
     # Every lease finds the client due for its periodic rebuild (in production: every 10 minutes).
     monkeypatch.setattr(
-        shared_watch, "ClusterClient", lambda connection, **options: ClusterClient(connection, max_age=0.0, **options)
+        watch_registry, "ClusterClient", lambda connection, **options: ClusterClient(connection, max_age=0.0, **options)
     )
     labels = {TASK_INSTANCE_LABEL: "t"}
     await apiserver.put(make_job("train-abc", "ml", uid="uid-1", status=running_status(), labels=labels))

@@ -18,7 +18,8 @@ import pytest
 from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks import loop_pacing, shared_watch
-from airflow_provider_disttrain.hooks.shared_watch import SharedWatch, subscribe
+from airflow_provider_disttrain.hooks.shared_watch import SharedWatch
+from airflow_provider_disttrain.hooks.watch_registry import subscribe
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import make_job, running_status

@@ -16,7 +16,7 @@ import pytest
 from airflow_provider_disttrain.clock import LoopClock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks import cluster_client, shared_watch
-from airflow_provider_disttrain.hooks.shared_watch import registry, subscribe
+from airflow_provider_disttrain.hooks.watch_registry import registry, subscribe
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import failed_status, make_job, running_status, succeeded_status

@@ -33,7 +33,7 @@ from airflow_provider_disttrain.exceptions import (
     JobTimeoutError,
     TrainingJobError,
 )
-from airflow_provider_disttrain.hooks import shared_watch
+from airflow_provider_disttrain.hooks import watch_registry
 from airflow_provider_disttrain.identity import STATE_STORE_KEY
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_labels
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
@@ -105,7 +105,7 @@ def trigger_event(job: dict[str, Any] | None, **trigger_kwargs: Any) -> dict[str
         raise AssertionError("the trigger fired no event")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(shared_watch, "subscribe", InMemoryWatches(cluster).subscribe)
+        patch.setattr(watch_registry, "subscribe", InMemoryWatches(cluster).subscribe)
         return asyncio.run(first_event())
 
 

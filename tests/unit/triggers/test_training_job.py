@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from airflow.sdk.module_loading import import_string
 
-import airflow_provider_disttrain.triggers.training_job as trigger_module
 from airflow_provider_disttrain.clock import LoopClock
 from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.triggers import watch_trouble
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import (
     FAILED_MESSAGE,
@@ -424,7 +424,7 @@ async def test_a_short_refusal_after_access_worked_is_waited_out(apiserver: Any)
 
 
 async def test_a_refusal_longer_than_the_grace_is_an_error(apiserver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trigger_module, "_ACCESS_DENIED_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(watch_trouble, "ACCESS_DENIED_GRACE_SECONDS", 0.5)
     await apiserver.put(job(running_status()))
     task = await started(make_trigger(apiserver), apiserver)
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import structlog
 
-from airflow_provider_disttrain.hooks import shared_watch
+from airflow_provider_disttrain.hooks import watch_registry
 from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
@@ -151,7 +151,7 @@ async def test_no_workload_watch_lingers_after_the_trigger_ends(apiserver: Any) 
 
     await run_once(make_trigger(apiserver, queue_deadline=epoch(0.3)))
 
-    await until(lambda: not shared_watch.registry().watches)
+    await until(lambda: not watch_registry.registry().watches)
 
 
 async def test_waiting_triggers_say_their_place_in_the_queue_from_one_request_per_interval(apiserver: Any) -> None:

@@ -273,7 +273,7 @@ async def test_the_followers_requests_get_the_hooks_retry_and_renew_credentials_
 ) -> None:
     """Issue 16: live_logs listed pods, streamed and patched with kubernetes_asyncio directly, without the
     hooks' retry of transient answers or a client renewal on 401."""
-    from airflow_provider_disttrain.hooks.shared_watch import registry
+    from airflow_provider_disttrain.hooks.watch_registry import registry
 
     add_pods(apiserver)
     await apiserver.add_log_lines(NAMESPACE, MASTER, *stamped("epoch 1 loss=0.5"))
