@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from airflow_provider_disttrain.version import __version__
 
 _LAZY_EXPORTS = {
     "TrainingJobOperator": "airflow_provider_disttrain.operators.training_job",

@@ -18,11 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
-    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -67,17 +63,6 @@ class ClusterConnection:
         text = json.dumps(asdict(self), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def async_hook(self) -> AsyncTrainingJobHook:
-        """The cncf async hook for this connection (it reads the Airflow connection when nothing travelled)."""
-        from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
-
-        return AsyncTrainingJobHook(
-            conn_id=self.conn_id,
-            cluster_context=self.cluster_context,
-            config_dict=dict(self.kubeconfig) if self.kubeconfig is not None else None,
-            connection_extras=dict(self.extras) if self.extras is not None else None,
-        )
-
 
 def minimal_kubeconfig(kubeconfig: Mapping[str, Any], context: str | None) -> tuple[dict[str, Any], str]:
     """``kubeconfig`` cut down to ``context`` (default: its current one), that context's cluster and user.
@@ -105,20 +90,3 @@ def minimal_kubeconfig(kubeconfig: Mapping[str, Any], context: str | None) -> tu
         "users": [named("users", spec.get("user"))] if spec.get("user") else [],
     }
     return minimal, name
-
-
-class ClusterConnectionMixin:
-    """``hook``: a ``TrainingJobHook`` built from ``kubernetes_conn_id``, ``cluster_context`` and
-    ``config_file``, imported on first use so that DAG files importing the operators parse fast."""
-
-    kubernetes_conn_id: str
-    cluster_context: str | None
-    config_file: str | None
-
-    @cached_property
-    def hook(self) -> TrainingJobHook:
-        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-
-        return TrainingJobHook(
-            conn_id=self.kubernetes_conn_id, cluster_context=self.cluster_context, config_file=self.config_file
-        )

@@ -23,8 +23,8 @@ from openlineage.client.event_v2 import Dataset
 from openlineage.client.facet_v2 import RunFacet
 from openlineage.client.naming import dataset as naming
 
-from airflow_provider_disttrain import __version__
 from airflow_provider_disttrain.lineage import split_uri, without_userinfo
+from airflow_provider_disttrain.version import __version__
 
 # A URI naming this provider and its version (OpenLineage asks for one, e.g. a repository at a tag;
 # the package has no published home to point at).

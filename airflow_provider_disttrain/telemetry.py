@@ -9,7 +9,7 @@ after the last dot of a counter is its class, so plain StatsD, which drops tags,
 - ``disttrain.gpus_held`` (gauge): GPUs the pods of those jobs hold now (active replicas x their GPUs);
 - ``disttrain.watch.restarts.<class>`` (counter): a shared watch broke and was restarted, by error class;
 - ``disttrain.api_errors.<class>`` (counter): an API request of the provider failed, by error class
-  (``faults.error_class``: ``connection``, ``stream``, ``credentials``, ``expired``, ``unauthorized``,
+  (``api_errors.error_class``: ``connection``, ``stream``, ``credentials``, ``expired``, ``unauthorized``,
   ``forbidden``, ``throttled``, ``server``, ``client``, ``local``).
 
 Tags (``kind``, ``namespace``, ``hostname``) go with each, for the backends that keep them. The gauges are

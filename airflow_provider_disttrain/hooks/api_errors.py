@@ -1,4 +1,5 @@
-"""What the sync and async hooks share: which API errors are transient, and what each status means.
+"""What the sync and async hooks share: which API errors are transient, what each status means, and
+the class each error is counted under in the metrics (``error_class``).
 
 Both Kubernetes clients raise an ``ApiException`` with ``.status``; connection-level failures come as
 urllib3 errors (sync) or aiohttp/asyncio errors (async). The retry policy is tenacity's; only the
@@ -17,6 +18,7 @@ from typing import Any
 
 import tenacity
 
+from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.exceptions import ClusterAccessError
 
 TRANSIENT_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
@@ -86,14 +88,52 @@ def is_transient(error: BaseException) -> bool:
     ).__module__.split(".")[0] in ("urllib3", "aiohttp")
 
 
+# kubernetes_asyncio's ExecProvider: the plugin ran and failed, or printed garbage; the next run may work.
+_PLUGIN_FAILURES = ("exec: process returned", "exec: failed to decode")
+
+
+def is_plugin_failure(error: BaseException) -> bool:
+    """A kubeconfig exec plugin that failed or printed garbage (kubernetes_asyncio's ``ConfigException``)."""
+    return type(error).__name__ == "ConfigException" and str(error).startswith(_PLUGIN_FAILURES)
+
+
+def may_heal_unanswered(error: BaseException) -> bool:
+    """Whether an error that got no answer (no HTTP status; not a cut watch stream, not a failed plugin)
+    may heal by itself: refused, reset, half-open, timed out, credentials not to be had right now (the
+    cluster client's CredentialsUnavailable is a ConnectionError). Not a local file or certificate that
+    is wrong on every attempt (``is_transient``), nor a malformed server address (aiohttp's InvalidURL)
+    or kubeconfig: a ValueError. A bug (KeyError, TypeError) cannot heal either."""
+    if isinstance(error, ValueError) and not isinstance(error, OSError):
+        return False
+    return is_transient(error)
+
+
+# Metric classes of the answers that carry a status (``error_class``); other 4xx are ``client``.
+_STATUS_CLASSES = {410: "expired", 401: "unauthorized", 403: "forbidden", 429: "throttled", 408: "server"}
+
+
+def error_class(error: BaseException) -> str:
+    """The class an error is counted under in the metrics (``telemetry``): what a platform team acts on.
+
+    ``connection`` (no answer: refused, reset, timed out, a silent watch), ``stream`` (a watch stream cut
+    in the middle of an event), ``credentials`` (the kubeconfig's plugin failed or hung), ``expired``
+    (410: relisted), ``unauthorized`` (401), ``forbidden`` (403), ``throttled`` (429), ``server`` (5xx,
+    408), ``client`` (another 4xx), ``local`` (a kubeconfig, file or certificate that is wrong).
+    """
+    status = api_status(error)
+    if status is not None:
+        return _STATUS_CLASSES.get(status) or ("server" if status >= 500 else "client")
+    if isinstance(error, json.JSONDecodeError):
+        return "stream"
+    if is_plugin_failure(error) or type(error).__name__ == "CredentialsUnavailable":
+        return "credentials"
+    return "connection" if may_heal_unanswered(error) else "local"
+
+
 def _counted_transient(error: BaseException) -> bool:
     """``is_transient``, counting the failed request in the metrics on the way (tenacity asks once per
     failed attempt). A 404 or 409 is an answer the callers expect (absent, already there), not counted."""
     if api_status(error) not in (404, 409):
-        # Here, not at the top: faults imports this module.
-        from airflow_provider_disttrain import telemetry
-        from airflow_provider_disttrain.hooks.faults import error_class
-
         telemetry.api_error(error_class(error))
     return is_transient(error)
 

@@ -17,6 +17,7 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHo
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.controller_refusal import warning_events_selector
 from airflow_provider_disttrain.hooks.api_errors import delete_body, means_job_absent, retry_transient
 from airflow_provider_disttrain.kinds import JobKind
@@ -137,6 +138,16 @@ class AsyncTrainingJobHook(AsyncKubernetesHook):
     """Connection handling from the cncf provider; job calls through ``job_client()``."""
 
     hook_name = "Kubeflow Training Job (async)"
+
+    @classmethod
+    def for_connection(cls, connection: ClusterConnection) -> AsyncTrainingJobHook:
+        """The hook for ``connection`` (it reads the Airflow connection when nothing travelled)."""
+        return cls(
+            conn_id=connection.conn_id,
+            cluster_context=connection.cluster_context,
+            config_dict=dict(connection.kubeconfig) if connection.kubeconfig is not None else None,
+            connection_extras=dict(connection.extras) if connection.extras is not None else None,
+        )
 
     @contextlib.asynccontextmanager
     async def job_client(self) -> AsyncIterator[AsyncJobClient]:

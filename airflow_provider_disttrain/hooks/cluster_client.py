@@ -218,6 +218,9 @@ class ClusterClient:
         )
 
     async def _build(self) -> _Generation:
+        # Imported here, not at the top: the operators import this module (through ``live_logs``) and
+        # must not load kubernetes_asyncio, which a DAG file never needs.
+        from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
         from airflow_provider_disttrain.hooks.exec_plugin import owned_exec_plugins
 
         stack = contextlib.AsyncExitStack()
@@ -226,7 +229,8 @@ class ClusterClient:
             # ended), is killed by its own PID: kubernetes_asyncio's provider would leave it running.
             with owned_exec_plugins(self.build_timeout):
                 api = await asyncio.wait_for(
-                    stack.enter_async_context(self.connection.async_hook().get_conn()), self.build_timeout
+                    stack.enter_async_context(AsyncTrainingJobHook.for_connection(self.connection).get_conn()),
+                    self.build_timeout,
                 )
         except (TimeoutError, asyncio.TimeoutError):
             await stack.aclose()

@@ -29,7 +29,10 @@ import enum
 import json
 from dataclasses import dataclass
 
-from airflow_provider_disttrain.hooks.api_errors import api_status, is_transient
+from airflow_provider_disttrain.hooks.api_errors import api_status, error_class, is_plugin_failure, may_heal_unanswered
+
+# error_class lives with the hooks' retry, which counts with it; the wait's readers take it from here too.
+__all__ = ["FATAL_STATUSES", "RETRIED_STATUSES", "Action", "Fault", "classify", "error_class"]
 
 
 class Action(enum.Enum):
@@ -62,13 +65,6 @@ RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 FATAL_STATUSES = frozenset({400, 404, 405, 406, 415, 422})
 """A malformed request, or a resource type the server does not serve: the same on every attempt."""
 
-# kubernetes_asyncio's ExecProvider: the plugin ran and failed, or printed garbage; the next run may work.
-_PLUGIN_FAILURES = ("exec: process returned", "exec: failed to decode")
-
-
-def _is_plugin_failure(error: BaseException) -> bool:
-    return type(error).__name__ == "ConfigException" and str(error).startswith(_PLUGIN_FAILURES)
-
 
 def classify(error: BaseException) -> Fault:
     """What the wait does about ``error`` (see the module docstring and the README's fault table)."""
@@ -83,36 +79,8 @@ def classify(error: BaseException) -> Fault:
         if status in RETRIED_STATUSES or (status >= 500 and status not in (501, 505)):
             return Fault(Action.RETRY, status)
         return Fault(Action.FATAL, status)
-    if isinstance(error, json.JSONDecodeError) or _is_plugin_failure(error):
+    if isinstance(error, json.JSONDecodeError) or is_plugin_failure(error):
         # A watch stream that ended in the middle of an event line; a credential plugin that failed.
         return Fault(Action.RETRY, None)
-    if isinstance(error, ValueError) and not isinstance(error, OSError):
-        # A malformed server address (aiohttp's InvalidURL), a malformed kubeconfig.
-        return Fault(Action.FATAL, None)
-    # No answer reached us: refused, reset, half-open, timed out, credentials not to be had right now
-    # (the cluster client's CredentialsUnavailable is a ConnectionError), unless it is a local file or
-    # certificate that is wrong on every attempt: the hooks' shared rule (``api_errors.is_transient``).
-    # A bug or a malformed kubeconfig (KeyError, TypeError, ConfigException) is fatal there too.
-    return Fault(Action.RETRY if is_transient(error) else Action.FATAL, None)
-
-
-# Metric classes of the answers that carry a status (``error_class``); other 4xx are ``client``.
-_STATUS_CLASSES = {410: "expired", 401: "unauthorized", 403: "forbidden", 429: "throttled", 408: "server"}
-
-
-def error_class(error: BaseException) -> str:
-    """The class an error is counted under in the metrics (``telemetry``): what a platform team acts on.
-
-    ``connection`` (no answer: refused, reset, timed out, a silent watch), ``stream`` (a watch stream cut
-    in the middle of an event), ``credentials`` (the kubeconfig's plugin failed or hung), ``expired``
-    (410: relisted), ``unauthorized`` (401), ``forbidden`` (403), ``throttled`` (429), ``server`` (5xx,
-    408), ``client`` (another 4xx), ``local`` (a kubeconfig, file or certificate that is wrong).
-    """
-    status = api_status(error)
-    if status is not None:
-        return _STATUS_CLASSES.get(status) or ("server" if status >= 500 else "client")
-    if isinstance(error, json.JSONDecodeError):
-        return "stream"
-    if _is_plugin_failure(error) or type(error).__name__ == "CredentialsUnavailable":
-        return "credentials"
-    return "connection" if classify(error).action is Action.RETRY else "local"
+    # No answer reached us: the hooks' shared rule says whether it may heal.
+    return Fault(Action.RETRY if may_heal_unanswered(error) else Action.FATAL, None)

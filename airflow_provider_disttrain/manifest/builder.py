@@ -13,7 +13,13 @@ from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JobKind
-from airflow_provider_disttrain.manifest.pod_validation import env_entries, validate_job_parameters
+from airflow_provider_disttrain.manifest.pod_validation import (
+    env_entries,
+    validate_annotations,
+    validate_labels,
+    validate_string_list,
+    validate_tolerations,
+)
 from airflow_provider_disttrain.parameters import PodOptions, RunPolicy
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -46,6 +52,21 @@ class JobParameters:
     manifest without one; False: a job built from scratch gets none (an elastic PyTorchJob); None: a job
     built from scratch gets one, and so does a manifest without the leader its controller requires
     (``JobKind.leader_required``) when ``image`` is given."""
+
+
+def validate_job_parameters(params: JobParameters) -> None:
+    """The builder's parameters whose wrong shape the builder would turn into something else, silently.
+
+    Run by ``build_manifest`` before it applies them; ``validate_pod_spec`` then checks the result.
+    """
+    for name in ("command", "args"):
+        validate_string_list(getattr(params, name), name)
+    pod = params.pod_options
+    validate_string_list(pod.image_pull_secrets, "pod_options.image_pull_secrets")
+    validate_tolerations(pod.tolerations, "pod_options.tolerations")
+    validate_labels(params.labels, "labels")
+    validate_labels(pod.node_selector, "pod_options.node_selector")
+    validate_annotations(params.annotations, "annotations")
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ field's full path in the error.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.kinds import JobKind
@@ -19,13 +19,9 @@ from airflow_provider_disttrain.manifest.kube_rules import (
     env_name_problem,
     is_dns1123_label,
     label_problems,
-    parse_quantity,
-    quantity_problem,
     resource_requirements_problems,
 )
-
-if TYPE_CHECKING:
-    from airflow_provider_disttrain.manifest.builder import JobParameters
+from airflow_provider_disttrain.quantities import parse_quantity, validate_size_limit
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 
@@ -77,15 +73,6 @@ def validate_resources_parameter(kind: JobKind, resources: Any, field: str = "re
                 f"{', '.join(sorted(RESOURCE_REQUIREMENTS_FIELDS))}",
             )
         validate_resources(requirements, f"{field}.{replica}")
-
-
-def validate_size_limit(value: Any, field: str) -> None:
-    """An ``emptyDir.sizeLimit`` (what ``shm_size`` sets): a non-negative quantity."""
-    if problem := quantity_problem(value):
-        raise InvalidJobSpecError(field, problem)
-    amount = parse_quantity(value)
-    if amount is not None and amount < 0:
-        raise InvalidJobSpecError(field, f"must be greater than or equal to 0, got {value!r}")
 
 
 def validate_env(env: Any, field: str) -> None:
@@ -252,18 +239,3 @@ def validate_annotations(annotations: Any, field: str) -> None:
         return
     for key, problem in annotation_problems(annotations):
         raise InvalidJobSpecError(f"{field}.{key}" if key else field, problem)
-
-
-def validate_job_parameters(params: JobParameters) -> None:
-    """The builder's parameters whose wrong shape the builder would turn into something else, silently.
-
-    Run by ``build_manifest`` before it applies them; ``validate_pod_spec`` then checks the result.
-    """
-    for name in ("command", "args"):
-        validate_string_list(getattr(params, name), name)
-    pod = params.pod_options
-    validate_string_list(pod.image_pull_secrets, "pod_options.image_pull_secrets")
-    validate_tolerations(pod.tolerations, "pod_options.tolerations")
-    validate_labels(params.labels, "labels")
-    validate_labels(pod.node_selector, "pod_options.node_selector")
-    validate_annotations(params.annotations, "annotations")

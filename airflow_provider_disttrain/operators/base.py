@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
-from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.gpus import gpus_per_replica
 from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
@@ -38,6 +37,7 @@ from airflow_provider_disttrain.manifest.validation import (
     validate_namespace_agrees,
 )
 from airflow_provider_disttrain.naming import generate_job_name, task_instance_annotations, task_instance_labels
+from airflow_provider_disttrain.operators.cluster_hook import ClusterConnectionMixin
 from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
 from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_disttrain.connection import ClusterConnectionMixin
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, means_job_absent
 from airflow_provider_disttrain.kinds import JOB_KINDS, get_job_kind
 from airflow_provider_disttrain.manifest.validation import validate_namespace
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.operators.cluster_hook import ClusterConnectionMixin
 from airflow_provider_disttrain.orphans import (
     KEPT_FINISHED,
     ORPHANED_SINCE_ANNOTATION,

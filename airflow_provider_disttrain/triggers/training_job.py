@@ -176,7 +176,9 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _hook(self) -> Any:
         # Imported here so that loading the trigger class (the UI does) does not import kubernetes_asyncio.
-        return self.connection.async_hook()
+        from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
+
+        return AsyncTrainingJobHook.for_connection(self.connection)
 
     @property
     def deadlines(self) -> Deadlines:

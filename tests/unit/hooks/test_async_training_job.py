@@ -181,7 +181,7 @@ async def test_the_shipped_connection_configures_the_async_hook(
     shipped = TrainingJobHook(conn_id="k8s_shipped").trigger_connection()
     path.unlink()  # the triggerer does not have the file
 
-    async with shipped.async_hook().get_conn() as api_client:
+    async with AsyncTrainingJobHook.for_connection(shipped).get_conn() as api_client:
         assert api_client.configuration.host == "https://10.0.0.1:6443"
 
 
@@ -192,6 +192,6 @@ async def test_an_id_only_connection_is_read_in_the_triggerer(monkeypatch: pytes
     travelling = TrainingJobHook(conn_id="k8s_inline").trigger_connection()
     assert travelling.kubeconfig is None and travelling.extras is None
 
-    async with travelling.async_hook().get_conn() as api_client:
+    async with AsyncTrainingJobHook.for_connection(travelling).get_conn() as api_client:
         assert api_client.configuration.host == "https://10.0.0.1:6443"
         assert api_client.configuration.api_key["BearerToken"] == "Bearer t0ken-abcdef"
