@@ -27,17 +27,18 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> Python environment ($(VENV))"
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
 	@uv venv --quiet --allow-existing -p $(PYTHON) $(VENV)
-	@uv pip install --quiet -p $(VENV_PY) -e ".[openlineage,test,browser-test,fab-auth-test]"  # [openlineage]: the local Airflow deployment reports lineage
+	@uv pip install --quiet -p $(VENV_PY) -e ".[openlineage,test,browser-test,fab-auth-test,docs]"  # [openlineage]: the local Airflow deployment reports lineage
 	@touch $@
 	@$(STEP) end venv
 
 venv: $(VENV)/.installed ## Create .venv with the provider, Airflow and the test tools
 
-lint: venv ## ruff check, format check and mypy on the package
+lint: venv ## ruff check, format check, mypy on the package, and the docs site (mkdocs build --strict)
 	@$(STEP) begin lint
 	@$(VENV)/bin/ruff check airflow_provider_disttrain tests example_dags bench training dev
 	@$(VENV)/bin/ruff format --check airflow_provider_disttrain tests example_dags bench training dev
 	@$(VENV)/bin/mypy
+	@$(VENV)/bin/mkdocs build --strict  # the docs site (mkdocs.yml): a broken link or any warning fails, offline
 	@$(STEP) end lint
 
 typecheck: venv ## mypy on the package (it ships py.typed)

@@ -1,4 +1,4 @@
-# Local Airflow deployment targets (see dev/airflow/ and the README's "See it in the Airflow UI").
+# Local Airflow deployment targets (see dev/airflow/ and docs/guides/ui.md).
 # Included from Makefile. State lives in .devairflow/ (git-ignored): PostgreSQL's data, AIRFLOW_HOME,
 # logs, the DAGs folder and .devairflow/env (AIRFLOW_API_URL, AIRFLOW_API_TOKEN).
 DISTTRAIN_AIRFLOW_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))/airflow

@@ -6,7 +6,7 @@ browser test releases it, then runs ``RUN_SECONDS`` on the local cluster (the ta
 from a cache of at most 5 s, so it sees the running job at least twice): the tab must show it suspended, then
 its Worker active, then succeeded, read from the page as the user sees it. The browser is Debian's
 Chromium (``apt-get install chromium``, as .ci/run does) driven by Playwright; the screenshots go to
-``.devairflow/screenshots/`` (the README's are copied from there).
+``.devairflow/screenshots/`` (docs/ui/'s are copied from there).
 """
 
 from __future__ import annotations

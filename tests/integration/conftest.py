@@ -1,5 +1,5 @@
 """Integration fixtures: the local control plane (make cluster-up), a fresh namespace per test, and
-the provider running as a service account bound only to the Role the README documents.
+the provider running as a service account bound only to the Role docs/guides/connection.md documents.
 
 The admin credentials are used for setup and fault injection only; every operator, sensor, hook and
 trigger under test talks to the API server as that service account, so a missing verb fails a test.

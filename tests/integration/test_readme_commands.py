@@ -1,5 +1,5 @@
-"""The README's shell commands, run as written: installing the provider into a fresh environment,
-testing a DAG on the local cluster, the demo, and the development targets."""
+"""The shell commands of the README and of docs/development/, run as written: installing the provider
+into a fresh environment, testing a DAG on the local cluster, the demo, and the development targets."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme import README, block_under
+from tests.readme import DOCS, README, block_under
 
 # `make demo` trains for real on the executing node (CPU-bound): it joins the executing-node tests'
 # xdist_group, one such test at a time. The other commands run on kwok's nodes or on no cluster at all,
@@ -59,7 +59,7 @@ def test_install_into_a_fresh_environment_registers_the_provider(tmp_path):
 
 
 def test_testing_your_own_dags_on_the_local_cluster(tmp_path, admin_api):
-    block = block_under("Testing your own DAGs on the local cluster", "bash")
+    block = block_under("Testing your own DAGs on the local cluster", "bash", DOCS / "development" / "local-cluster.md")
     # The cluster serves the rest of the suite; CI stops it at the end (`make cluster-down` in .ci/run).
     script = "\n".join(line for line in block.splitlines() if line.strip() != "make cluster-down")
 
