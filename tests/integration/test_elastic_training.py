@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import unique_dag_id
+from tests.integration.conftest import unique_dag_id, wait_until
 from tests.integration.executing_node import steer_to_executing_node
 
 # Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
@@ -244,6 +244,14 @@ def test_an_elastic_job_scaled_up_and_down_while_it_trains_resumes_from_its_chec
     # Worker 2's pod went with the scale-down.
     assert {pod.metadata.name for pod in jobs.pods(executing, JOB)} == {f"{JOB}-worker-0", f"{JOB}-worker-1"}
 
+    # The operator calls an elastic job Succeeded when its first worker succeeds; worker 0 may still be
+    # writing its last lines and exiting then. Its log is whole, and its exit code known, once it terminated.
+    def worker_0_terminated() -> Any:
+        [status] = core.read_namespaced_pod(f"{JOB}-worker-0", executing).status.container_statuses
+        return status.state.terminated
+
+    terminated = wait_until("worker 0 to exit", worker_0_terminated, timeout=TIMEOUT)
+    assert terminated.exit_code == 0, terminated
     trained = rounds(rank0_log(core, executing))
     # Each group went on where the one before it stopped: from the last epoch it reported, or the one after
     # when it was stopped between saving an epoch and reporting it. Nothing started over.
@@ -255,5 +263,3 @@ def test_an_elastic_job_scaled_up_and_down_while_it_trains_resumes_from_its_chec
     epochs = [epoch for each in trained for epoch, _ in each["epochs"]]
     assert epochs == sorted(set(epochs)) and epochs[0] == 1 and epochs[-1] == EPOCHS, trained
     assert trained[-1]["world_size"] == 2 and trained[-1]["epochs"][-1] == (EPOCHS, 2)
-    status = core.read_namespaced_pod(f"{JOB}-worker-0", executing).status.container_statuses[0]
-    assert status.state.terminated.exit_code == 0
