@@ -60,7 +60,7 @@ def get_provider_info() -> dict[str, Any]:
             {"class-name": "airflow_provider_disttrain.decorators.mpi_job.mpi_job_task", "name": "mpi_job"},
         ],
         "plugins": [{"name": "disttrain_ui", "plugin-class": "airflow_provider_disttrain.ui.plugin.DisttrainUIPlugin"}],
-        "extra-links": ["airflow_provider_disttrain.links.TrainingJobLink"],
+        "extra-links": ["airflow_provider_disttrain.operators.links.TrainingJobLink"],
         # The provider reuses the cncf.kubernetes provider's ``kubernetes`` connection type; it
         # registers none of its own.
         "dependencies": ["apache-airflow-providers-cncf-kubernetes"],

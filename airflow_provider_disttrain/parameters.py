@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.quantities import validate_size_limit
+from airflow_provider_disttrain.kube.quantities import validate_size_limit
 
 IF_EXISTS_CHOICES = ("reattach", "fail", "replace")
 DELETE_ON_FINISH_CHOICES = ("never", "succeeded", "always")

@@ -204,7 +204,7 @@ def main() -> None:
     import pytest
     from trigger_scale_cluster import ReferenceWatch
 
-    from airflow_provider_disttrain.naming import MAP_INDEX_LABEL
+    from airflow_provider_disttrain.ownership.naming import MAP_INDEX_LABEL
     from tests.e2e.airflow_rest import TERMINAL_RUN_STATES
     from tests.e2e.conftest import FANOUT, NAMESPACE, Cluster, connect_airflow, install_e2e_dags, start_fanout
 

@@ -289,7 +289,7 @@ def main() -> int:
     config = json.loads(line)
     if not config.get("progress", True):
         # --no-progress: the trigger's tracker says nothing, to measure what progress lines cost by difference.
-        from airflow_provider_disttrain.progress import ProgressTracker
+        from airflow_provider_disttrain.job.progress import ProgressTracker
 
         ProgressTracker.observe = lambda self, job, *, now, waiting_reason=None: None  # type: ignore[method-assign]
     asyncio.run(run(mode, config, recorder))

@@ -21,10 +21,10 @@ from kubernetes.client.exceptions import ApiException
 from trigger_scale_lib import parse_request_totals, release_run_seconds, wave_run_seconds
 
 from airflow_provider_disttrain.hooks.api_errors import retry_transient
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest, set_identity
 from airflow_provider_disttrain.manifest.validation import validate_manifest
-from airflow_provider_disttrain.naming import task_instance_labels
+from airflow_provider_disttrain.ownership.naming import task_instance_labels
 from tests.integration.conftest import SA_NAME, SA_NAMESPACE
 
 REPO = Path(__file__).resolve().parents[1]

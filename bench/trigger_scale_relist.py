@@ -36,10 +36,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from airflow_provider_disttrain.connection import ClusterConnection  # noqa: E402
 from airflow_provider_disttrain.hooks import shared_watch, watch_registry  # noqa: E402
-from airflow_provider_disttrain.kinds import get_job_kind  # noqa: E402
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL  # noqa: E402
+from airflow_provider_disttrain.job.kinds import get_job_kind  # noqa: E402
+from airflow_provider_disttrain.kube.connection import ClusterConnection  # noqa: E402
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL  # noqa: E402
 from tests.unit.conftest import read_yaml  # noqa: E402
 from tests.unit.fake_apiserver import FakeApiServer  # noqa: E402
 from tests.unit.fakes import make_job, running_status, succeeded_status  # noqa: E402

@@ -78,7 +78,7 @@ def namespace_of(jobs: int) -> str:
 
 
 def running_job(index: int, namespace: str) -> dict[str, Any]:
-    from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+    from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
     from tests.unit.conftest import read_yaml
     from tests.unit.fakes import make_job, running_status
 
@@ -157,7 +157,7 @@ async def start_triggers(
 
 
 def trigger_kwargs(port: int, namespace: str, jobs: int) -> list[dict[str, Any]]:
-    from airflow_provider_disttrain.connection import ClusterConnection
+    from airflow_provider_disttrain.kube.connection import ClusterConnection
     from tests.unit.fake_apiserver import FakeApiServer
 
     kubeconfig = FakeApiServer().kubeconfig()

@@ -27,7 +27,7 @@ from typing import Any
 import requests
 from kubernetes import client, config
 
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, task_instance_labels
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL, task_instance_labels
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = os.environ.get("DEVAIRFLOW_NAMESPACE", "disttrain-airflow")

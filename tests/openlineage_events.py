@@ -1,5 +1,5 @@
 """OpenLineage events as the openlineage provider's file transport writes them (one JSON event per line),
-read back into openlineage-python's own classes: ``dag.test()`` runs (tests/unit/test_lineage_dag_runs.py)
+read back into openlineage-python's own classes: ``dag.test()`` runs (tests/unit/lineage/test_dag_runs.py)
 and the real deployment (tests/e2e/test_assets_and_trigger_queues.py) check the same objects."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 
-from airflow_provider_disttrain.lineage_facets import (
+from airflow_provider_disttrain.lineage.facets import (
     FAILURE_FACET,
     JOB_FACET,
     METRICS_FACET,

@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.bases.decorator import DecoratedOperator
 from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
 
-from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.decorators.payload import PAYLOAD_ENV, PayloadError, encode_payload
 from airflow_provider_disttrain.exceptions import TrainingJobError
+from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.manifest.builder import JobParameters
 from airflow_provider_disttrain.manifest.pod_validation import env_entries
-from airflow_provider_disttrain.termination import leader_termination_message
+from airflow_provider_disttrain.pods.termination import leader_termination_message
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-    from airflow_provider_disttrain.kinds import JobKind
+    from airflow_provider_disttrain.job.kinds import JobKind
 
 # Carries the function's value through ``_finish`` (and the task state store a retry reads) to execute's caller.
 RETURN_VALUE_KEY = "return_value"

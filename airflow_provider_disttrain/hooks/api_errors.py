@@ -18,8 +18,8 @@ from typing import Any
 
 import tenacity
 
-from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.exceptions import ClusterAccessError
+from airflow_provider_disttrain.utils import telemetry
 
 TRANSIENT_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
 API_ATTEMPTS = 5

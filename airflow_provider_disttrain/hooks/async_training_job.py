@@ -17,10 +17,10 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHo
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow_provider_disttrain.connection import ClusterConnection
-from airflow_provider_disttrain.controller_refusal import warning_events_selector
+from airflow_provider_disttrain.failures.controller_refusal import warning_events_selector
 from airflow_provider_disttrain.hooks.api_errors import delete_body, means_job_absent, retry_transient
-from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.job.kinds import JobKind
+from airflow_provider_disttrain.kube.connection import ClusterConnection
 
 
 async def raise_for_status(response: Any) -> None:

@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from airflow_provider_disttrain.connection import ClusterConnection
+from airflow_provider_disttrain.kube.connection import ClusterConnection
 
 # Rebuilt at least this often: shorter than the 15-minute tokens that EKS and GKE plugins issue.
 CLIENT_MAX_AGE_SECONDS = 600.0

@@ -12,11 +12,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow_provider_disttrain.conditions import parse_time
 from airflow_provider_disttrain.exceptions import JobInadmissibleError
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error
-from airflow_provider_disttrain.kueue import held_by_kueue, is_admitted, queue_name, waiting_message
-from airflow_provider_disttrain.kueue_admission import (
+from airflow_provider_disttrain.job.conditions import parse_time
+from airflow_provider_disttrain.kueue.admission import (
     CLUSTER_QUEUE,
     LOCAL_QUEUE,
     UNREADABLE,
@@ -24,7 +23,8 @@ from airflow_provider_disttrain.kueue_admission import (
     never_admitted,
     queue_problem,
 )
-from airflow_provider_disttrain.kueue_position import MalformedAnswer, QueuePosition, positions
+from airflow_provider_disttrain.kueue.hold import held_by_kueue, is_admitted, queue_name, waiting_message
+from airflow_provider_disttrain.kueue.position import MalformedAnswer, QueuePosition, positions
 
 # 401/403: the Role lacks list on workloads.kueue.x-k8s.io; 404: Kueue's CRD is not installed.
 _UNREADABLE = (401, 403, 404)

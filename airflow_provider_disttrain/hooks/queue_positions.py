@@ -24,8 +24,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_disttrain import clock as clocks
-from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.hooks.kueue import (
     POSITION_REFRESH_SECONDS,
@@ -33,13 +31,15 @@ from airflow_provider_disttrain.hooks.kueue import (
     malformed_answer_warning,
     visibility_unavailable_warning,
 )
-from airflow_provider_disttrain.kueue_position import (
+from airflow_provider_disttrain.kueue.position import (
     MalformedAnswer,
     QueuePosition,
     parse_summary,
     pending_workloads_path,
     positions,
 )
+from airflow_provider_disttrain.utils import clock as clocks
+from airflow_provider_disttrain.utils.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -37,16 +37,16 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_disttrain import clock as clocks
-from airflow_provider_disttrain import telemetry
-from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.async_training_job import raise_for_status
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.faults import Action, Fault, classify, error_class
 from airflow_provider_disttrain.hooks.watch_cache import WatchCache
 from airflow_provider_disttrain.hooks.watch_values import CachedJob, WatchKey, WatchProblem, trimmed
-from airflow_provider_disttrain.kinds import ApiResource, JobKind
+from airflow_provider_disttrain.job.kinds import ApiResource, JobKind
+from airflow_provider_disttrain.utils import clock as clocks
+from airflow_provider_disttrain.utils import telemetry
+from airflow_provider_disttrain.utils.clock import Clock
 
 __all__ = ["CachedJob", "SharedWatch", "Subscription", "WatchKey", "WatchProblem", "trimmed"]
 

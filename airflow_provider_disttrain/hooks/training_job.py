@@ -16,11 +16,15 @@ import yaml
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from kubernetes import client
 
-from airflow_provider_disttrain.connection import ClusterConnection, minimal_kubeconfig
-from airflow_provider_disttrain.controller_refusal import warning_events_selector
-from airflow_provider_disttrain.diagnostics import explain, failing_container, pods_not_running, pods_with_problems
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, TrainingJobError
-from airflow_provider_disttrain.failure_class import FailureCause, classify
+from airflow_provider_disttrain.failures.controller_refusal import warning_events_selector
+from airflow_provider_disttrain.failures.diagnostics import (
+    explain,
+    failing_container,
+    pods_not_running,
+    pods_with_problems,
+)
+from airflow_provider_disttrain.failures.failure_class import FailureCause, classify
 from airflow_provider_disttrain.hooks.api_errors import (
     api_status,
     delete_body,
@@ -30,11 +34,12 @@ from airflow_provider_disttrain.hooks.api_errors import (
     retry_transient,
 )
 from airflow_provider_disttrain.hooks.rejections import field_error
-from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, ApiResource, JobKind, get_job_kind
-from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD, workload_of
-from airflow_provider_disttrain.kueue_position import parse_summary, pending_workloads_path
-from airflow_provider_disttrain.naming import label_selector
-from airflow_provider_disttrain.outcome import JobRef
+from airflow_provider_disttrain.job.kinds import TRAINING_RUNTIME_KINDS, ApiResource, JobKind, get_job_kind
+from airflow_provider_disttrain.job.outcome import JobRef
+from airflow_provider_disttrain.kube.connection import ClusterConnection, minimal_kubeconfig
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, WORKLOAD, workload_of
+from airflow_provider_disttrain.kueue.position import parse_summary, pending_workloads_path
+from airflow_provider_disttrain.ownership.naming import label_selector
 
 # Connection extras that point at kubeconfig material; dropped when the material itself is shipped.
 # The cncf hooks also read them under the pre-2.3 prefix, so both spellings go.

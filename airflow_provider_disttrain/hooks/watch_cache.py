@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from airflow_provider_disttrain.hooks.loop_pacing import pacer
 from airflow_provider_disttrain.hooks.watch_values import CachedJob, WatchKey, trimmed
-from airflow_provider_disttrain.kueue import standing_workload
+from airflow_provider_disttrain.kueue.hold import standing_workload
 
 
 class Subscriber(Protocol):

@@ -8,13 +8,13 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator
 
-from airflow_provider_disttrain import clock as clocks
-from airflow_provider_disttrain.clock import Clock
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.shared_watch import SharedWatch, Subscription
 from airflow_provider_disttrain.hooks.watch_values import WatchKey
-from airflow_provider_disttrain.kinds import ApiResource, JobKind
+from airflow_provider_disttrain.job.kinds import ApiResource, JobKind
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.utils import clock as clocks
+from airflow_provider_disttrain.utils.clock import Clock
 
 
 class WatchRegistry:

@@ -11,9 +11,10 @@ import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import describe_error
-from airflow_provider_disttrain.kueue import (
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.kueue.admission import NeverAdmitted, never_admitted
+from airflow_provider_disttrain.kueue.hold import (
     JOB_UID_LABEL,
     WORKLOAD,
     held_by_kueue,
@@ -21,8 +22,7 @@ from airflow_provider_disttrain.kueue import (
     queue_name,
     waiting_message,
 )
-from airflow_provider_disttrain.kueue_admission import NeverAdmitted, never_admitted
-from airflow_provider_disttrain.kueue_position import QueuePosition
+from airflow_provider_disttrain.kueue.position import QueuePosition
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions

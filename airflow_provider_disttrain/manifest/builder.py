@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.manifest.pod_validation import (
     env_entries,
     validate_annotations,

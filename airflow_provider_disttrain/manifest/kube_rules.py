@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from decimal import ROUND_FLOOR, Decimal
 
 # Quantities are the parameters' too (``PodOptions.shm_size``), so they live below both, in ``quantities``.
-from airflow_provider_disttrain.quantities import parse_quantity, quantity_problem
+from airflow_provider_disttrain.kube.quantities import parse_quantity, quantity_problem
 
 # -- names ----------------------------------------------------------------------------------------------
 # k8s.io/apimachinery/pkg/util/validation/validation.go.

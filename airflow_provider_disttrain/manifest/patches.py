@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.manifest.pod_validation import MAX_REPLICAS
 
 

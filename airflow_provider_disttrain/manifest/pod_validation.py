@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.job.kinds import JobKind
+from airflow_provider_disttrain.kube.quantities import parse_quantity, validate_size_limit
 from airflow_provider_disttrain.manifest.kube_rules import (
     RESOURCE_REQUIREMENTS_FIELDS,
     annotation_problems,
@@ -21,7 +22,6 @@ from airflow_provider_disttrain.manifest.kube_rules import (
     label_problems,
     resource_requirements_problems,
 )
-from airflow_provider_disttrain.quantities import parse_quantity, validate_size_limit
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_disttrain.kinds import JobKind, get_job_kind
+from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.manifest.builder import GPU_RESOURCE, _merge_by_name, deep_merge
 from airflow_provider_disttrain.manifest.pod_validation import env_entries
 

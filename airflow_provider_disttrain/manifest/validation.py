@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JOB_KINDS, JobKind
+from airflow_provider_disttrain.job.kinds import JOB_KINDS, JobKind
 from airflow_provider_disttrain.manifest.kube_rules import is_dns1035_label, namespace_problem
 from airflow_provider_disttrain.manifest.pod_validation import (
     MAX_REPLICAS,
@@ -21,7 +21,7 @@ from airflow_provider_disttrain.manifest.pod_validation import (
     validate_labels,
     validate_pod_spec,
 )
-from airflow_provider_disttrain.naming import MAX_NAME_LENGTH
+from airflow_provider_disttrain.ownership.naming import MAX_NAME_LENGTH
 
 _CLEAN_POD_POLICIES = frozenset({"All", "Running", "None"})
 _NON_NEGATIVE_RUN_POLICY = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")

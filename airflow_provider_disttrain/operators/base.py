@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
-from airflow_provider_disttrain.deadlines import Deadlines
-from airflow_provider_disttrain.gpus import gpus_per_replica
-from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
-from airflow_provider_disttrain.kinds import JobKind, get_job_kind
-from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, queue_name, validate_queue_name
-from airflow_provider_disttrain.links import TrainingJobLink
-from airflow_provider_disttrain.logs import LEADER, validate_log_replicas
+from airflow_provider_disttrain.job.deadlines import Deadlines
+from airflow_provider_disttrain.job.gpus import gpus_per_replica
+from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
+from airflow_provider_disttrain.job.outcome import JobRef
+from airflow_provider_disttrain.job.status import describe_state, job_result, job_state
+from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.manifest.builder import set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, manifest_template
 from airflow_provider_disttrain.manifest.pod_validation import env_values_by_name
@@ -36,12 +35,17 @@ from airflow_provider_disttrain.manifest.validation import (
     validate_namespace,
     validate_namespace_agrees,
 )
-from airflow_provider_disttrain.naming import generate_job_name, task_instance_annotations, task_instance_labels
 from airflow_provider_disttrain.operators.cluster_hook import ClusterConnectionMixin
 from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
+from airflow_provider_disttrain.operators.links import TrainingJobLink
 from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for
-from airflow_provider_disttrain.outcome import JobRef
+from airflow_provider_disttrain.ownership.identity import JobIdentity, instance_key_of
+from airflow_provider_disttrain.ownership.naming import (
+    generate_job_name,
+    task_instance_annotations,
+    task_instance_labels,
+)
 from airflow_provider_disttrain.parameters import (
     IF_EXISTS_CHOICES,
     CleanupPolicy,
@@ -50,7 +54,7 @@ from airflow_provider_disttrain.parameters import (
     choice,
     require_type,
 )
-from airflow_provider_disttrain.status import describe_state, job_result, job_state
+from airflow_provider_disttrain.pods.logs import LEADER, validate_log_replicas
 
 if TYPE_CHECKING:
     import jinja2

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow_provider_disttrain import outcome as outcomes
 from airflow_provider_disttrain.exceptions import (
     JobFailedError,
     JobInadmissibleError,
@@ -27,17 +26,18 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
     classed_error,
 )
-from airflow_provider_disttrain.failure_class import FailureCause, FailureClass
-from airflow_provider_disttrain.identity import JobIdentity
-from airflow_provider_disttrain.kinds import JobKind
-from airflow_provider_disttrain.kueue import held_by_kueue, queue_name
-from airflow_provider_disttrain.kueue_history import describe_record, kueue_record
-from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
-from airflow_provider_disttrain.logs import LogForwarder
-from airflow_provider_disttrain.metrics import combined_metrics, leader_metrics
-from airflow_provider_disttrain.outcome import JobRef, same_job, settle_timeout
+from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass
+from airflow_provider_disttrain.job import outcome as outcomes
+from airflow_provider_disttrain.job.kinds import JobKind
+from airflow_provider_disttrain.job.outcome import JobRef, same_job, settle_timeout
+from airflow_provider_disttrain.job.status import job_state
+from airflow_provider_disttrain.kueue.history import describe_record, kueue_record
+from airflow_provider_disttrain.kueue.hold import held_by_kueue, queue_name
+from airflow_provider_disttrain.ownership.identity import JobIdentity
 from airflow_provider_disttrain.parameters import CleanupPolicy
-from airflow_provider_disttrain.status import job_state
+from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION, decode_position
+from airflow_provider_disttrain.pods.logs import LogForwarder
+from airflow_provider_disttrain.pods.metrics import combined_metrics, leader_metrics
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook

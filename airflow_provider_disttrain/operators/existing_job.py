@@ -8,11 +8,11 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_disttrain.exceptions import JobNotFoundError
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.manifest.validation import validate_namespace
 from airflow_provider_disttrain.operators.cluster_hook import ClusterConnectionMixin
 from airflow_provider_disttrain.operators.lineage import ExistingJobLineageMixin
-from airflow_provider_disttrain.outcome import JobRef
 
 
 class ExistingJobOperator(ExistingJobLineageMixin, ClusterConnectionMixin, BaseOperator):

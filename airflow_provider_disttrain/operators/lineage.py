@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowTaskTimeout
 
 from airflow_provider_disttrain.exceptions import JobFailedError, JobTimeoutError
-from airflow_provider_disttrain.lineage import asset_event_extra, initializer_uris, job_facts
+from airflow_provider_disttrain.lineage.facts import asset_event_extra, initializer_uris, job_facts
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
-    from airflow_provider_disttrain.kinds import JobKind
-    from airflow_provider_disttrain.outcome import JobRef
+    from airflow_provider_disttrain.job.kinds import JobKind
+    from airflow_provider_disttrain.job.outcome import JobRef
 
 
 def failure_reason(error: BaseException) -> str:
@@ -73,7 +73,7 @@ class LineageMixin:
         self, result: dict[str, Any] | None, failure: tuple[str, str, dict[str, Any] | None] | None
     ) -> OperatorLineage | None:
         try:
-            from airflow_provider_disttrain import lineage_facets
+            from airflow_provider_disttrain.lineage import facets as lineage_facets
         except ImportError:  # the openlineage provider is an optional extra: no lineage without it
             return None
         return lineage_facets.operator_lineage(
@@ -171,7 +171,7 @@ class ExistingJobLineageMixin(LineageMixin):
     namespace: str | None
 
     def lineage_job(self, result: dict[str, Any] | None) -> dict[str, Any]:
-        from airflow_provider_disttrain.kinds import get_job_kind
+        from airflow_provider_disttrain.job.kinds import get_job_kind
 
         result = result or {}
         return job_facts(

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.exceptions import JobNotFoundError
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.job.status import job_result
 from airflow_provider_disttrain.manifest.patches import current_workers, scale_patch, suspend_patch
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
-from airflow_provider_disttrain.status import job_result
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

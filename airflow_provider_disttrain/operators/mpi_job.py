@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.parameters import integer_at_least, optional_choice
 

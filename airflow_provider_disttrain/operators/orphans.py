@@ -6,7 +6,7 @@ such jobs by the labels the provider's operators put on every job and deletes th
 period. It reads task instance states through Airflow's execution API, as any Airflow 3 task must
 (``RuntimeTaskInstance.get_task_states``: tasks never touch the metadata database), and never touches
 a job whose task instance is running, deferred or may still retry. Which job gets what is decided in
-``airflow_provider_disttrain.orphans``.
+``airflow_provider_disttrain.ownership.orphans``.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, means_job_absent
-from airflow_provider_disttrain.kinds import JOB_KINDS, get_job_kind
+from airflow_provider_disttrain.job.kinds import JOB_KINDS, get_job_kind
 from airflow_provider_disttrain.manifest.validation import validate_namespace
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.operators.cluster_hook import ClusterConnectionMixin
-from airflow_provider_disttrain.orphans import (
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.ownership.orphans import (
     KEPT_FINISHED,
     ORPHANED_SINCE_ANNOTATION,
     Action,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JobKind
+from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.parameters import nproc_per_node as valid_nproc_per_node
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_disttrain.kinds import TRAINING_RUNTIME_KINDS, get_job_kind
+from airflow_provider_disttrain.job.kinds import TRAINING_RUNTIME_KINDS, get_job_kind
 from airflow_provider_disttrain.manifest.loading import load_manifest, template_search_roots
 from airflow_provider_disttrain.manifest.pod_validation import MAX_GPUS_PER_REPLICA, MAX_REPLICAS, validate_resources
 from airflow_provider_disttrain.manifest.train_job import TrainJobParameters, build_train_job

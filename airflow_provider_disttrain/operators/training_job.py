@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest
 from airflow_provider_disttrain.manifest.loading import load_manifest, template_search_roots
 from airflow_provider_disttrain.manifest.pod_validation import (

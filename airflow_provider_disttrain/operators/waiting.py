@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 import tenacity
 
-from airflow_provider_disttrain.controller_refusal import RefusalLooks, read_refusal, refused
+from airflow_provider_disttrain.failures.controller_refusal import RefusalLooks, read_refusal, refused
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import Action, classify
-from airflow_provider_disttrain.logs import LogForwarder
-from airflow_provider_disttrain.outcome import lost_contact
-from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_state
+from airflow_provider_disttrain.job.outcome import lost_contact
+from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_state
+from airflow_provider_disttrain.pods.logs import LogForwarder
 
 if TYPE_CHECKING:
-    from airflow_provider_disttrain.connection import ClusterConnection
-    from airflow_provider_disttrain.deadlines import Deadlines
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-    from airflow_provider_disttrain.kinds import JobKind
-    from airflow_provider_disttrain.outcome import JobRef
+    from airflow_provider_disttrain.job.deadlines import Deadlines
+    from airflow_provider_disttrain.job.kinds import JobKind
+    from airflow_provider_disttrain.job.outcome import JobRef
+    from airflow_provider_disttrain.kube.connection import ClusterConnection
     from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 

@@ -7,9 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
-from airflow_provider_disttrain import outcome as outcomes
-from airflow_provider_disttrain.controller_refusal import RefusalLooks, read_refusal, refused
-from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.exceptions import (
     JobFailedError,
     JobInadmissibleError,
@@ -17,11 +14,14 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
     classed_error,
 )
-from airflow_provider_disttrain.gpus import gpus_per_replica
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.failures.controller_refusal import RefusalLooks, read_refusal, refused
+from airflow_provider_disttrain.job import outcome as outcomes
+from airflow_provider_disttrain.job.deadlines import Deadlines
+from airflow_provider_disttrain.job.gpus import gpus_per_replica
+from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.operators.ending import masked, publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
-from airflow_provider_disttrain.outcome import JobRef
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

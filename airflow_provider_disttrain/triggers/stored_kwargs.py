@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_disttrain.connection import ClusterConnection
+from airflow_provider_disttrain.kube.connection import ClusterConnection
 
 STORED_KEYS = (
     "kind",

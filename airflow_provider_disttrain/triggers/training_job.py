@@ -19,29 +19,29 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_disttrain import clock as clocks
-from airflow_provider_disttrain import telemetry
-from airflow_provider_disttrain.clock import Clock
-from airflow_provider_disttrain.connection import ClusterConnection
-from airflow_provider_disttrain.controller_refusal import RefusalLooks, refusal, refused
-from airflow_provider_disttrain.deadlines import Deadlines
-from airflow_provider_disttrain.gpus import gpus_held
+from airflow_provider_disttrain.failures.controller_refusal import RefusalLooks, refusal, refused
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import classify
 from airflow_provider_disttrain.hooks.workload_follower import WorkloadFollower
-from airflow_provider_disttrain.kinds import get_job_kind
-from airflow_provider_disttrain.kueue import held_by_kueue
-from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
-from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
+from airflow_provider_disttrain.job.deadlines import Deadlines
+from airflow_provider_disttrain.job.gpus import gpus_held
+from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.job.outcome import ERROR, TIMEOUT, JobRef, make_outcome
+from airflow_provider_disttrain.job.progress import ProgressTracker
+from airflow_provider_disttrain.job.status import JobState, has_run, job_state
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.kueue.hold import held_by_kueue
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.parameters import (
     DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
     DEFAULT_PROGRESS_INTERVAL_SECONDS,
 )
-from airflow_provider_disttrain.progress import ProgressTracker
-from airflow_provider_disttrain.status import JobState, has_run, job_state
+from airflow_provider_disttrain.pods.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.triggers import watch_trouble
 from airflow_provider_disttrain.triggers.stored_kwargs import stored_connection, stored_kwargs, warn_newer_kwargs
+from airflow_provider_disttrain.utils import clock as clocks
+from airflow_provider_disttrain.utils import telemetry
+from airflow_provider_disttrain.utils.clock import Clock
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.shared_watch import Subscription

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_disttrain.clock import Clock
 from airflow_provider_disttrain.hooks.api_errors import describe_error
-from airflow_provider_disttrain.outcome import ERROR, JobRef, lost_contact, make_outcome
+from airflow_provider_disttrain.job.outcome import ERROR, JobRef, lost_contact, make_outcome
+from airflow_provider_disttrain.utils.clock import Clock
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.watch_values import WatchProblem

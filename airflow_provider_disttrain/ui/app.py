@@ -36,13 +36,13 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
-from airflow_provider_disttrain.diagnostics import pods_not_running, pods_with_problems
+from airflow_provider_disttrain.failures.diagnostics import pods_not_running, pods_with_problems
 from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.hooks.training_job import MAX_EVENT_PODS
-from airflow_provider_disttrain.kinds import get_job_kind
-from airflow_provider_disttrain.links import CONFIG_SECTION
-from airflow_provider_disttrain.logs import leader_pods
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_key
+from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.operators.links import CONFIG_SECTION
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_key
+from airflow_provider_disttrain.pods.logs import leader_pods
 from airflow_provider_disttrain.ui import view
 from airflow_provider_disttrain.ui.bounded import DEFAULT_REQUEST_SECONDS, BoundedHook, Budget
 from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache, NoAnswer, SharedListStore

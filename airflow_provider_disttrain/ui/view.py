@@ -12,12 +12,22 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_disttrain.conditions import conditions, is_true, parse_time
-from airflow_provider_disttrain.diagnostics import pod_problems, replica_name
-from airflow_provider_disttrain.gpus import gpus_held, replica_specs
-from airflow_provider_disttrain.kinds import kind_of
-from airflow_provider_disttrain.kueue import admitted_at, held_by_kueue, queue_name, waiting_message
-from airflow_provider_disttrain.naming import (
+from airflow_provider_disttrain.failures.diagnostics import pod_problems, replica_name
+from airflow_provider_disttrain.job.conditions import conditions, is_true, parse_time
+from airflow_provider_disttrain.job.gpus import gpus_held, replica_specs
+from airflow_provider_disttrain.job.kinds import kind_of
+from airflow_provider_disttrain.job.progress import replicas_text, waiting_text
+from airflow_provider_disttrain.job.status import (
+    JobState,
+    describe_state,
+    failure_condition,
+    has_run,
+    job_result,
+    job_state,
+    replica_counts,
+)
+from airflow_provider_disttrain.kueue.hold import admitted_at, held_by_kueue, queue_name, waiting_message
+from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_LABEL,
     DAG_KEY_LABEL,
     DEPLOYMENT_LABEL,
@@ -32,16 +42,6 @@ from airflow_provider_disttrain.naming import (
     resolve_deployment_id,
     sanitize_label_value,
     task_instance_key,
-)
-from airflow_provider_disttrain.progress import replicas_text, waiting_text
-from airflow_provider_disttrain.status import (
-    JobState,
-    describe_state,
-    failure_condition,
-    has_run,
-    job_result,
-    job_state,
-    replica_counts,
 )
 
 NEWEST_CONDITIONS = 5

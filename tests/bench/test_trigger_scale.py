@@ -250,7 +250,7 @@ def test_the_provider_beside_an_older_commit_is_a_table_of_now_before_and_their_
 def test_the_v0_connection_kwargs_reach_todays_trigger_as_the_same_connection(lib: ModuleType) -> None:
     """``--git-ref`` of a tree before ClusterConnection gets the kwargs it knows; today's trigger reads
     them as the connection the operator would have handed it."""
-    from airflow_provider_disttrain.connection import ClusterConnection
+    from airflow_provider_disttrain.kube.connection import ClusterConnection
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
     kubeconfig = {"apiVersion": "v1", "clusters": [{"name": "c", "cluster": {"server": "https://k"}}]}

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from airflow_provider_disttrain.naming import (
+from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_LABEL,
     RUN_ID_LABEL,
     TASK_INSTANCE_LABEL,

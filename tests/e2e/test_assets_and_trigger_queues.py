@@ -38,7 +38,7 @@ import psutil
 import pytest
 from openlineage.client.event_v2 import RunEvent, RunState
 
-from airflow_provider_disttrain.lineage_facets import FAILURE_FACET, JOB_FACET, METRICS_FACET, PRODUCER
+from airflow_provider_disttrain.lineage.facets import FAILURE_FACET, JOB_FACET, METRICS_FACET, PRODUCER
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import DEVAIRFLOW_DIR, NAMESPACE, REPO, Cluster, Process, deferred_count, since
 from tests.openlineage_events import pairs, parse_event

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import signal
 
-from airflow_provider_disttrain.naming import TASK_ID_LABEL
-from airflow_provider_disttrain.orphans import KEPT_ACTIVE
+from airflow_provider_disttrain.ownership.naming import TASK_ID_LABEL
+from airflow_provider_disttrain.ownership.orphans import KEPT_ACTIVE
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import NAMESPACE, Cluster, job_succeeded, task_process
 

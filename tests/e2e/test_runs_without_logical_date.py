@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes.client import CoreV1Api
 
-from airflow_provider_disttrain.naming import DAG_ID_LABEL, RUN_ID_LABEL, label_selector, sanitize_label_value
+from airflow_provider_disttrain.ownership.naming import DAG_ID_LABEL, RUN_ID_LABEL, label_selector, sanitize_label_value
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import DEVAIRFLOW_DIR, NAMESPACE, Cluster
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import (
     REPO,

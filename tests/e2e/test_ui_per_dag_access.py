@@ -26,7 +26,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from airflow_provider_disttrain.naming import DAG_ID_LABEL, DAG_KEY_LABEL, dag_key, task_instance_labels
+from airflow_provider_disttrain.ownership.naming import DAG_ID_LABEL, DAG_KEY_LABEL, dag_key, task_instance_labels
 from tests.e2e.airflow_rest import AirflowRest, wait_until
 from tests.e2e.conftest import COLLIDING_DAG_IDS, DEVAIRFLOW_DIR, NAMESPACE, REPO, Cluster
 from tests.e2e.test_ui import SCREENSHOTS, chromium

@@ -22,7 +22,7 @@ import pendulum
 from airflow.sdk import dag
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.parameters import WaitPolicy
-from airflow_provider_disttrain.retry_policy import DisttrainRetryPolicy
+from airflow_provider_disttrain.failures.retry_policy import DisttrainRetryPolicy
 
 
 @dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))

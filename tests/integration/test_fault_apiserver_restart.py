@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain.utils import telemetry
 from tests.integration.conftest import cluster_script, training_dag, unique_dag_id
 
 # Restarts the API server that every test uses: run alone, after the parallel pass (Makefile integration-test).

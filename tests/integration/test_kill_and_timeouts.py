@@ -60,7 +60,7 @@ def test_execution_timeout_keeps_the_job_when_asked(namespace, run_dag, jobs, ca
 def test_killing_a_deferred_task_deletes_its_job(namespace, jobs, service_account_kubeconfig):
     """What the triggerer calls when a user marks a deferred task failed (Airflow 3.3 ``on_kill``)."""
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-    from airflow_provider_disttrain.kinds import get_job_kind
+    from airflow_provider_disttrain.job.kinds import get_job_kind
     from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest, set_identity
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 

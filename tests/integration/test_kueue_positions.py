@@ -26,12 +26,12 @@ import pytest
 import structlog
 import yaml
 
-from airflow_provider_disttrain.clock import SYSTEM
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.kueue import QueuePositionReader
 from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions, cluster_fetch
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.utils.clock import SYSTEM
 from tests.integration.conftest import SmallQueue, gpu_pool, own_queue, wait_until
 from tests.integration.test_kueue import _condition
 

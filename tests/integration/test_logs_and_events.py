@@ -32,8 +32,8 @@ class RecordingLogger:
 
 def test_logs_are_read_with_timestamps_and_since_a_time_and_forwarded_once(namespace, run_dag):
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-    from airflow_provider_disttrain.kinds import get_job_kind
-    from airflow_provider_disttrain.logs import LEADER, LogForwarder
+    from airflow_provider_disttrain.job.kinds import get_job_kind
+    from airflow_provider_disttrain.pods.logs import LEADER, LogForwarder
 
     dag_id = unique_dag_id("logs")
     result = run_dag(dag_id, training_dag(dag_id, log_replicas="none", run_policy=RunPolicy(clean_pod_policy="None")))

@@ -71,7 +71,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag
-from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
+from airflow_provider_disttrain.ownership.identity import JobIdentity, instance_key_of
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import structlog
 
-from airflow_provider_disttrain.logs import split_timestamp
 from airflow_provider_disttrain.parameters import RunPolicy
+from airflow_provider_disttrain.pods.logs import split_timestamp
 from tests.integration.conftest import training_dag, unique_dag_id
 
 # Trains for real on the executing node (CPU-bound): one such test at a time, on one xdist worker.
@@ -35,7 +35,7 @@ def logged() -> Iterator[list[MutableMapping[str, Any]]]:
 
 
 def test_the_masters_log_is_streamed_once_while_deferred(executing, run_dag, jobs, logged):
-    from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, decode_position
+    from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION, decode_position
 
     dag_id = unique_dag_id("stream")
     source = training_dag(

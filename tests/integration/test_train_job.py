@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.manifest.train_job import PATCH_MANAGER
 from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain.utils import telemetry
 from tests.integration.conftest import NO_GPU_NODE, SYNC_TIMEOUT, unique_dag_id, with_defaults
 from tests.integration.provider_requests import ProviderRequests
 

@@ -24,8 +24,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from airflow_provider_disttrain import telemetry
 from airflow_provider_disttrain.triggers.training_job import SETTLE_SECONDS
+from airflow_provider_disttrain.utils import telemetry
 from tests.integration.conftest import ADMIN_KUBECONFIG, SA_NAME, SA_NAMESPACE, cluster_script
 from tests.integration.provider_requests import ProviderRequests
 
@@ -48,9 +48,9 @@ def submit_jobs(
     """Create one master-only PyTorchJob per name, built and labelled as the operator does; name -> uid."""
     from kubernetes import client
 
-    from airflow_provider_disttrain.kinds import get_job_kind
+    from airflow_provider_disttrain.job.kinds import get_job_kind
     from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest, set_identity
-    from airflow_provider_disttrain.naming import task_instance_labels
+    from airflow_provider_disttrain.ownership.naming import task_instance_labels
 
     kind = get_job_kind(KIND)
     custom = client.CustomObjectsApi(admin_api)

@@ -12,8 +12,8 @@ import looptime
 import pytest
 import yaml
 
-from airflow_provider_disttrain import clock, telemetry
-from airflow_provider_disttrain.clock import LoopClock
+from airflow_provider_disttrain.utils import clock, telemetry
+from airflow_provider_disttrain.utils.clock import LoopClock
 from tests.statsd_listener import PREFIX as STATSD_PREFIX
 from tests.statsd_listener import StatsdListener
 
@@ -97,7 +97,7 @@ async def virtual_clock() -> AsyncIterator[LoopClock]:
 
     Whenever every task waits (a sleep, a timeout, a deadline) and no I/O is ready, the loop jumps to
     its next timer instead of sleeping, so a 300 s deadline passes in microseconds and in order. The
-    provider's code reads the clock through ``airflow_provider_disttrain.clock.current()``, which this
+    provider's code reads the clock through ``airflow_provider_disttrain.utils.clock.current()``, which this
     fixture makes a ``LoopClock`` of the test's loop: ``wall()`` (epoch seconds, for deadlines),
     ``monotonic()`` and ``sleep()`` all follow the virtual time. Assert on durations with
     ``virtual_clock.monotonic()`` (exact: no scheduling noise), and make deadlines with

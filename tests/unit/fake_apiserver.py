@@ -35,7 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
-from airflow_provider_disttrain.clock import SYSTEM, Clock
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 
 def pending_workloads_summary(workloads: list[dict[str, Any]], namespace: str, local_queue: str) -> dict[str, Any]:

@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_disttrain import clock
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
-from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, get_job_kind
+from airflow_provider_disttrain.job.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, get_job_kind
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.utils import clock
 
 LOG = logging.getLogger(__name__)
 
@@ -373,7 +373,7 @@ class FakeTrainingJobHook:
 
     def find_workload(self, namespace: str, job_uid: str) -> dict[str, Any] | None:
         """The job's Workload among ``workloads``, picked as the real hook picks from its label-selected list."""
-        from airflow_provider_disttrain.kueue import workload_of
+        from airflow_provider_disttrain.kueue.hold import workload_of
 
         self._record("find_workload", namespace, job_uid)
         listed = [w for w in self.workloads if w["metadata"].get("namespace") == namespace]

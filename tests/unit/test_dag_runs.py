@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.hooks import watch_registry
-from airflow_provider_disttrain.naming import DAG_ID_LABEL, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.ownership.naming import DAG_ID_LABEL, MAP_INDEX_LABEL, RUN_ID_LABEL, TASK_ID_LABEL
 from tests.unit.fakes import FakeTrainingJobHook, InMemoryWatches, queued_status, running_status, succeeded_status
 
 MANIFEST = """\

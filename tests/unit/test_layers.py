@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import airflow_provider_disttrain
-from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.job.kinds import JOB_KINDS
 
 PACKAGE = Path(airflow_provider_disttrain.__file__).parent
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -110,23 +110,24 @@ def _circles(imports: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_reader_finds_every_kind_of_import() -> None:
     source = """
 from __future__ import annotations
-import airflow_provider_disttrain.kinds
-from airflow_provider_disttrain import telemetry, __version__
+import airflow_provider_disttrain.job.kinds
+from airflow_provider_disttrain.utils import telemetry
+from airflow_provider_disttrain import __version__
 from . import api_errors
-from ..status import job_state
+from ..job.status import job_state
 if TYPE_CHECKING:
-    from airflow_provider_disttrain.connection import ClusterConnection
+    from airflow_provider_disttrain.kube.connection import ClusterConnection
 def later():
     from .faults import classify
 """
     assert _imports(source, f"{PACKAGE_NAME}.hooks.example") == {
         "__future__",
-        f"{PACKAGE_NAME}.kinds",
-        f"{PACKAGE_NAME}.telemetry",
+        f"{PACKAGE_NAME}.job.kinds",
+        f"{PACKAGE_NAME}.utils.telemetry",
         PACKAGE_NAME,
         f"{PACKAGE_NAME}.hooks.api_errors",
-        f"{PACKAGE_NAME}.status",
-        f"{PACKAGE_NAME}.connection",
+        f"{PACKAGE_NAME}.job.status",
+        f"{PACKAGE_NAME}.kube.connection",
         f"{PACKAGE_NAME}.hooks.faults",
     }
     assert _imports("from .manage import X", f"{PACKAGE_NAME}.operators", is_package=True) == {

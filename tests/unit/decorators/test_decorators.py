@@ -12,7 +12,7 @@ from airflow.sdk import task
 from airflow_provider_disttrain.decorators.entrypoint import call_function
 from airflow_provider_disttrain.decorators.payload import ENTRYPOINT_MODULE, PAYLOAD_ENV, PayloadError
 from airflow_provider_disttrain.exceptions import TrainingJobError
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.unit.fakes import FakeTrainingJobHook, make_context, make_pod, succeeded_status, with_hook
 from tests.unit.operators.test_training_job import trigger_event

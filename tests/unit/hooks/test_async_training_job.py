@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from airflow_provider_disttrain.hooks import async_training_job
 from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient, AsyncTrainingJobHook
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-from airflow_provider_disttrain.kinds import get_job_kind
+from airflow_provider_disttrain.job.kinds import get_job_kind
 from tests.unit.fakes import make_job
 
 PYTORCH = get_job_kind("PyTorchJob")

@@ -20,10 +20,10 @@ from kubernetes_asyncio import client as async_client
 
 import airflow_provider_disttrain.hooks.cluster_client as cluster_client
 import airflow_provider_disttrain.hooks.watch_registry as watch_registry
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.api_errors import is_transient
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import make_job, running_status, succeeded_status
 from tests.unit.waiting import until

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain import telemetry
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks import loop_pacing, shared_watch
 from airflow_provider_disttrain.hooks.shared_watch import SharedWatch
 from airflow_provider_disttrain.hooks.watch_registry import subscribe
-from airflow_provider_disttrain.kinds import get_job_kind
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.utils import telemetry
 from tests.unit.fakes import make_job, running_status
 from tests.unit.triggers.helpers import make_trigger
 from tests.unit.waiting import until

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow_provider_disttrain.clock import LoopClock
 from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions, PositionRegistry
+from airflow_provider_disttrain.utils.clock import LoopClock
 
 pytestmark = pytest.mark.usefixtures("virtual_clock")
 
@@ -176,7 +176,7 @@ async def test_a_malformed_answer_is_logged_once_and_skipped_and_the_poller_goes
 
 @pytest.mark.parametrize("body", [b"<html>502 Bad Gateway</html>", b"[1, 2]", b"\xff\xfe"])
 def test_a_body_that_is_not_a_json_object_is_a_malformed_answer(body: bytes) -> None:
-    from airflow_provider_disttrain.kueue_position import MalformedAnswer, parse_summary
+    from airflow_provider_disttrain.kueue.position import MalformedAnswer, parse_summary
 
     with pytest.raises(MalformedAnswer):
         parse_summary(body)

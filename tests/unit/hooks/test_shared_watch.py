@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.clock import LoopClock
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks import cluster_client, shared_watch
 from airflow_provider_disttrain.hooks.watch_registry import registry, subscribe
-from airflow_provider_disttrain.kinds import get_job_kind
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.utils.clock import LoopClock
 from tests.unit.fakes import failed_status, make_job, running_status, succeeded_status
 from tests.unit.waiting import until
 

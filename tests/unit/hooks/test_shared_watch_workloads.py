@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.hooks.watch_registry import subscribe
-from airflow_provider_disttrain.kueue import JOB_UID_LABEL, WORKLOAD
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, WORKLOAD
 from tests.unit.waiting import until
 
 pytestmark = pytest.mark.usefixtures("virtual_clock")

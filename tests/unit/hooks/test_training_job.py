@@ -19,7 +19,6 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import (
     ClusterAccessError,
     InvalidJobSpecError,
@@ -28,8 +27,9 @@ from airflow_provider_disttrain.exceptions import (
 )
 from airflow_provider_disttrain.hooks.api_errors import API_ATTEMPTS
 from airflow_provider_disttrain.hooks.training_job import LOG_TAIL_LINES, TrainingJobHook
-from airflow_provider_disttrain.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
-from airflow_provider_disttrain.outcome import JobRef
+from airflow_provider_disttrain.job.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from airflow_provider_disttrain.job.outcome import JobRef
+from airflow_provider_disttrain.kube.connection import ClusterConnection
 from tests.unit.fakes import failed_status, make_job
 
 MANIFEST = {

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JOB_KINDS, JobKind
+from airflow_provider_disttrain.job.kinds import JOB_KINDS, JobKind
 from airflow_provider_disttrain.manifest.builder import (
     GPU_RESOURCE,
     SHM_VOLUME,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.job.kinds import JOB_KINDS
 from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest
 from airflow_provider_disttrain.manifest.validation import validate_manifest
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator

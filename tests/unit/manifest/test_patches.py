@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.job.kinds import JOB_KINDS
 from airflow_provider_disttrain.manifest.patches import current_workers, scale_patch, suspend_patch
 
 PYTORCH = JOB_KINDS["PyTorchJob"]

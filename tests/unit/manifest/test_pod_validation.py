@@ -92,7 +92,7 @@ def test_a_trailing_newline_never_passes_a_name_rule():
     ],
 )
 def test_a_parameter_of_the_wrong_shape_is_refused_before_the_manifest_is_built(parameters, field, message):
-    from airflow_provider_disttrain.kinds import get_job_kind
+    from airflow_provider_disttrain.job.kinds import get_job_kind
     from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest
 
     with pytest.raises(InvalidJobSpecError, match=message) as refused:
@@ -115,7 +115,7 @@ def test_a_parameter_of_the_wrong_shape_is_refused_before_the_manifest_is_built(
     ],
 )
 def test_labels_and_annotations_in_a_manifest_are_checked_as_the_api_server_does(where, value, field, message):
-    from airflow_provider_disttrain.kinds import get_job_kind
+    from airflow_provider_disttrain.job.kinds import get_job_kind
     from airflow_provider_disttrain.manifest.validation import validate_manifest
 
     pod: dict = {"spec": {"containers": [{"name": "pytorch", "image": "t:1"}]}}

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JOB_KINDS
-from airflow_provider_disttrain.logs import leader_pods
+from airflow_provider_disttrain.job.kinds import JOB_KINDS
 from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest
 from airflow_provider_disttrain.manifest.validation import validate_manifest
+from airflow_provider_disttrain.pods.logs import leader_pods
 from tests.unit.fakes import make_pod
 
 PYTORCH = JOB_KINDS["PyTorchJob"]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, TrainingJobError
-from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.job.kinds import JOB_KINDS
 from airflow_provider_disttrain.manifest.validation import (
     max_job_name_length,
     replica_counts,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.kinds import JOB_KINDS
+from airflow_provider_disttrain.job.kinds import JOB_KINDS
 from airflow_provider_disttrain.operators.manage import (
     DeleteTrainingJobOperator,
     ResumeTrainingJobOperator,

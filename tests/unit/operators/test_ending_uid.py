@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import JobTimeoutError, TrainingJobError
+from airflow_provider_disttrain.job.outcome import ERROR, TIMEOUT, JobRef, make_outcome, settle_timeout
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome, settle_timeout
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from tests.unit.fakes import (
     FakeTrainingJobHook,

@@ -13,12 +13,12 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowTaskTimeout
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-import airflow_provider_disttrain
+import airflow_provider_disttrain.lineage
 from airflow_provider_disttrain.exceptions import JobFailedError, JobTimeoutError, TrainingJobError
-from airflow_provider_disttrain.lineage_facets import FAILURE_FACET, JOB_FACET, METRICS_FACET
+from airflow_provider_disttrain.job.outcome import JobRef, check_job
+from airflow_provider_disttrain.lineage.facets import FAILURE_FACET, JOB_FACET, METRICS_FACET
 from airflow_provider_disttrain.operators.lineage import failure_reason
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
-from airflow_provider_disttrain.outcome import JobRef, check_job
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from tests.unit.fakes import FakeTrainingJobHook, failed_status, make_context, succeeded_status, with_hook
 from tests.unit.operators.test_training_job import add_failing_pods, make_operator, progressing
@@ -218,8 +218,8 @@ def test_without_the_openlineage_provider_the_operators_run_and_report_no_lineag
     monkeypatch.setitem(sys.modules, "openlineage", None)
     monkeypatch.setitem(sys.modules, "airflow.providers.openlineage", None)
     # As if never imported: neither in sys.modules nor an attribute of the package.
-    monkeypatch.delitem(sys.modules, "airflow_provider_disttrain.lineage_facets", raising=False)
-    monkeypatch.delattr(airflow_provider_disttrain, "lineage_facets", raising=False)
+    monkeypatch.delitem(sys.modules, "airflow_provider_disttrain.lineage.facets", raising=False)
+    monkeypatch.delattr(airflow_provider_disttrain.lineage, "facets", raising=False)
     hook = progressing(succeeded_status())
     hook.pods[NAME] = finished_pods(METRICS)
     operator = lineage_operator(hook)
@@ -231,7 +231,7 @@ def test_without_the_openlineage_provider_the_operators_run_and_report_no_lineag
     assert result["state"] == "succeeded"
     assert operator.get_openlineage_facets_on_complete(None) is None
     assert operator.get_openlineage_facets_on_failure(None) is None
-    assert "airflow_provider_disttrain.lineage_facets" not in sys.modules
+    assert "airflow_provider_disttrain.lineage.facets" not in sys.modules
     # The Asset event's extra needs no OpenLineage.
     assert context["outlet_events"][MODEL].extra["metrics"]["accuracy"] == 0.91
 

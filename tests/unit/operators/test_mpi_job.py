@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
-from airflow_provider_disttrain.kinds import JOB_ROLE_LABEL
+from airflow_provider_disttrain.job.kinds import JOB_ROLE_LABEL
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.unit.fakes import (
@@ -135,7 +135,7 @@ def test_the_kind_is_mpijob_and_another_kind_is_refused_not_dropped() -> None:
 
 def test_the_mpi_choices_are_the_kinds_tables() -> None:
     """One list of allowed values: what the parameters accept is what the manifest validation accepts."""
-    from airflow_provider_disttrain.kinds import get_job_kind
+    from airflow_provider_disttrain.job.kinds import get_job_kind
     from airflow_provider_disttrain.operators import mpi_job
 
     choices = dict(get_job_kind("MPIJob").spec_choices)

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_provider_disttrain import naming, orphans
 from airflow_provider_disttrain.hooks import training_job as training_job_hook
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-from airflow_provider_disttrain.naming import task_instance_labels
 from airflow_provider_disttrain.operators.orphans import DeleteOrphanedTrainingJobsOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.orphans import ORPHANED_SINCE_ANNOTATION
+from airflow_provider_disttrain.ownership import naming, orphans
+from airflow_provider_disttrain.ownership.naming import task_instance_labels
+from airflow_provider_disttrain.ownership.orphans import ORPHANED_SINCE_ANNOTATION
 from tests.unit.fake_apiserver import FakeApiServer
 from tests.unit.fakes import FakeTI, make_context, make_job, running_status, succeeded_status
 

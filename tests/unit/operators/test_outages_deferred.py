@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.clock import LoopClock
-from airflow_provider_disttrain.connection import ClusterConnection
-from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.exceptions import LostContactError
+from airflow_provider_disttrain.job.deadlines import Deadlines
+from airflow_provider_disttrain.job.outcome import JobRef
+from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.operators.waiting import trigger_for
-from airflow_provider_disttrain.outcome import JobRef
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+from airflow_provider_disttrain.utils.clock import LoopClock
 from tests.unit.fakes import FakeTI, FakeTrainingJobHook, make_context, running_status, succeeded_status, with_hook
 from tests.unit.triggers.helpers import job, run_once, started
 

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_disttrain import TrainJobOperator as Exported
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
-from airflow_provider_disttrain.kinds import (
+from airflow_provider_disttrain.job.kinds import (
     COMPLETION_INDEX_LABEL,
     JOB_INDEX_LABEL,
     JOBSET_NAME_LABEL,

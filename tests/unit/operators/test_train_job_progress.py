@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import structlog
 
-from airflow_provider_disttrain.outcome import JobRef, check_job
+from airflow_provider_disttrain.job.outcome import JobRef, check_job
 from tests.unit.fakes import make_context
 from tests.unit.operators.test_train_job import make_hook, make_operator, node_pod
 

@@ -25,7 +25,6 @@ from airflow.sdk import DAG
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout, TaskDeferred
 
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import (
     InvalidJobSpecError,
     JobAlreadyExistsError,
@@ -34,12 +33,17 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
 )
 from airflow_provider_disttrain.hooks import watch_registry
-from airflow_provider_disttrain.identity import STATE_STORE_KEY
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_labels
+from airflow_provider_disttrain.job.outcome import ERROR, JobRef, make_outcome
+from airflow_provider_disttrain.job.status import job_result
+from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.outcome import ERROR, JobRef, make_outcome
+from airflow_provider_disttrain.ownership.identity import STATE_STORE_KEY
+from airflow_provider_disttrain.ownership.naming import (
+    TASK_INSTANCE_LABEL,
+    legacy_task_instance_key,
+    task_instance_labels,
+)
 from airflow_provider_disttrain.parameters import CleanupPolicy, RunPolicy, WaitPolicy
-from airflow_provider_disttrain.status import job_result
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import (
     FAILED_REASON,

@@ -14,9 +14,9 @@ import pytest
 from airflow.exceptions import TaskDeferred
 
 from airflow_provider_disttrain.exceptions import TrainingJobError
-from airflow_provider_disttrain.identity import STATE_STORE_KEY
+from airflow_provider_disttrain.job.outcome import ERROR, JobRef, make_outcome
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.outcome import ERROR, JobRef, make_outcome
+from airflow_provider_disttrain.ownership.identity import STATE_STORE_KEY
 from airflow_provider_disttrain.parameters import WaitPolicy
 from tests.unit.fakes import (
     FakeStateStore,

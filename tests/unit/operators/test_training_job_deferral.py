@@ -17,9 +17,9 @@ import pytest
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import TaskDeferralTimeout, TaskDeferred
 
-from airflow_provider_disttrain.deadlines import DEFERRAL_BACKSTOP
-from airflow_provider_disttrain.naming import task_instance_labels
+from airflow_provider_disttrain.job.deadlines import DEFERRAL_BACKSTOP
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
+from airflow_provider_disttrain.ownership.naming import task_instance_labels
 from airflow_provider_disttrain.parameters import CleanupPolicy
 from tests.unit.fakes import FakeTI, FakeTrainingJobHook, make_context, make_job, running_status, with_hook
 

@@ -22,11 +22,11 @@ from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import TaskDeferralTimeout
 
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, JobTimeoutError
-from airflow_provider_disttrain.identity import STATE_STORE_KEY
-from airflow_provider_disttrain.naming import WAIT_FOR_COMPLETION_ANNOTATION, task_instance_labels
+from airflow_provider_disttrain.job.outcome import TIMEOUT, JobRef, make_outcome
 from airflow_provider_disttrain.operators.orphans import DeleteOrphanedTrainingJobsOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.outcome import TIMEOUT, JobRef, make_outcome
+from airflow_provider_disttrain.ownership.identity import STATE_STORE_KEY
+from airflow_provider_disttrain.ownership.naming import WAIT_FOR_COMPLETION_ANNOTATION, task_instance_labels
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from tests.unit.fake_apiserver import FakeApiServer
 from tests.unit.fakes import (

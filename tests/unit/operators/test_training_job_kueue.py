@@ -10,7 +10,7 @@ import structlog
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobTimeoutError
-from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import structlog
 
-from airflow_provider_disttrain.outcome import JobRef, check_job
+from airflow_provider_disttrain.job.outcome import JobRef, check_job
 from tests.unit.fakes import (
     END,
     RUNNING_AT,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.controller_refusal import LOOK_EVERY_SECONDS
 from airflow_provider_disttrain.exceptions import JobFailedInTrainingError
+from airflow_provider_disttrain.failures.controller_refusal import LOOK_EVERY_SECONDS
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.parameters import WaitPolicy
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor

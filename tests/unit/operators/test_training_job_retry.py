@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.identity import STATE_STORE_KEY
-from airflow_provider_disttrain.naming import task_instance_labels
+from airflow_provider_disttrain.job.outcome import JobRef, check_job
+from airflow_provider_disttrain.job.status import job_result
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.outcome import JobRef, check_job
+from airflow_provider_disttrain.ownership.identity import STATE_STORE_KEY
+from airflow_provider_disttrain.ownership.naming import task_instance_labels
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
-from airflow_provider_disttrain.status import job_result
 from tests.unit.fakes import (
     FakeStateStore,
     FakeTI,

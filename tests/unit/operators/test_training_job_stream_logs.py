@@ -12,9 +12,9 @@ import pytest
 import structlog
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_provider_disttrain.live_logs import LOG_POSITION_ANNOTATION, encode_position
-from airflow_provider_disttrain.logs import LogCursor
-from airflow_provider_disttrain.outcome import JobRef, check_job
+from airflow_provider_disttrain.job.outcome import JobRef, check_job
+from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION, encode_position
+from airflow_provider_disttrain.pods.logs import LogCursor
 from tests.unit.fakes import LOG_START, FakeTrainingJobHook, make_context, make_pod, running_status, succeeded_status
 from tests.unit.operators.test_training_job import make_operator
 

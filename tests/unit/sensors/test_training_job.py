@@ -10,7 +10,6 @@ import pytest
 from airflow.sdk import PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 
-from airflow_provider_disttrain.connection import ClusterConnection
 from airflow_provider_disttrain.exceptions import (
     JobFailedError,
     JobFailedInTrainingError,
@@ -18,9 +17,10 @@ from airflow_provider_disttrain.exceptions import (
     LostContactError,
     TrainingJobError,
 )
-from airflow_provider_disttrain.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, lost_contact, make_outcome
+from airflow_provider_disttrain.job.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, lost_contact, make_outcome
+from airflow_provider_disttrain.job.status import job_result
+from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
-from airflow_provider_disttrain.status import job_result
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.conftest import read_yaml
 from tests.unit.fakes import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import structlog
 
-from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from tests.unit.fakes import START, FakeTrainingJobHook, condition, make_context, make_job, with_hook
 

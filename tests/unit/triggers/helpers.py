@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import make_job
 

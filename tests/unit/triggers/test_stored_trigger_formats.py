@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from airflow.sdk.module_loading import import_string
 
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import make_job, succeeded_status
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "triggers"
@@ -128,7 +128,7 @@ async def test_a_row_written_by_a_newer_version_is_waited_on_without_its_unknown
 
 
 def test_a_typo_in_a_connection_built_in_code_is_still_refused() -> None:
-    from airflow_provider_disttrain.connection import ClusterConnection
+    from airflow_provider_disttrain.kube.connection import ClusterConnection
 
     with pytest.raises(ValueError, match="unknown keys \\['conn_idd'\\]"):
         ClusterConnection.from_dict({"conn_idd": "k8s"})

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.conftest import read_yaml
 from tests.unit.fakes import epoch

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from airflow.sdk.module_loading import import_string
 
-from airflow_provider_disttrain.clock import LoopClock
-from airflow_provider_disttrain.connection import ClusterConnection
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers import watch_trouble
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+from airflow_provider_disttrain.utils.clock import LoopClock
 from tests.unit.fakes import (
     FAILED_MESSAGE,
     FAILED_REASON,

@@ -13,8 +13,8 @@ import pytest
 import structlog
 
 from airflow_provider_disttrain.hooks import watch_registry
-from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, QUEUE_NAME_LABEL
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 from tests.unit.fakes import START, condition, epoch, make_job, running_status, succeeded_status
 from tests.unit.triggers.helpers import make_trigger, run_once, started

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.kueue import JOB_UID_LABEL, QUEUE_NAME_LABEL
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, QUEUE_NAME_LABEL
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import START, condition, epoch, make_job, succeeded_status
-from tests.unit.test_kueue_admission import V019, load
+from tests.unit.kueue.test_admission import V019, load
 from tests.unit.triggers.helpers import make_trigger, run_once, started
 
 pytestmark = pytest.mark.usefixtures("virtual_clock")

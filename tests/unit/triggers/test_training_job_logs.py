@@ -15,14 +15,14 @@ import pytest
 import structlog
 
 from airflow_provider_disttrain.hooks.cluster_client import MAX_LOG_STREAMS
-from airflow_provider_disttrain.live_logs import (
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.pods.live_logs import (
     LOG_POSITION_ANNOTATION,
     ByteBudget,
     decode_position,
     encode_position,
 )
-from airflow_provider_disttrain.logs import LogCursor
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.pods.logs import LogCursor
 from tests.unit.fakes import make_job, make_pod, running_status, succeeded_status
 from tests.unit.triggers.helpers import job, make_trigger, run_once, started
 from tests.unit.waiting import until
@@ -197,7 +197,7 @@ async def test_streams_on_one_cluster_are_capped_so_the_shared_client_keeps_conn
     apiserver: Any, logged: list[MutableMapping[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import airflow_provider_disttrain.hooks.cluster_client as cluster_client
-    from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+    from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
     from tests.unit.fakes import make_job
 
     monkeypatch.setattr(cluster_client, "MAX_LOG_STREAMS", 1)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import structlog
 
-from airflow_provider_disttrain.progress import ProgressTracker
+from airflow_provider_disttrain.job.progress import ProgressTracker
 from tests.unit.fakes import condition, queued_status, running_status, succeeded_status, suspended_status
 from tests.unit.triggers.helpers import job, make_trigger, started
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.controller_refusal import LOOK_EVERY_SECONDS
-from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.failures.controller_refusal import LOOK_EVERY_SECONDS
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from tests.unit.fakes import epoch, make_job, running_status, succeeded_status
 from tests.unit.triggers.helpers import make_trigger, run_once, started
 

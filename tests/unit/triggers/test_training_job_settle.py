@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_disttrain.clock import LoopClock
 from airflow_provider_disttrain.triggers.training_job import SETTLE_SECONDS
+from airflow_provider_disttrain.utils.clock import LoopClock
 from tests.unit.fakes import failed_status, running_status, succeeded_status
 from tests.unit.triggers.helpers import job, make_trigger, run_once, started
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from airflow_provider_disttrain.naming import task_instance_labels
+from airflow_provider_disttrain.ownership.naming import task_instance_labels
 from airflow_provider_disttrain.ui import app as ui_app
 
 STATUS = Path(__file__).resolve().parents[2] / "fixtures" / "status"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_provider_disttrain.naming import task_instance_labels
+from airflow_provider_disttrain.ownership.naming import task_instance_labels
 from airflow_provider_disttrain.ui import view
 
 STATUS = Path(__file__).resolve().parents[2] / "fixtures" / "status"
@@ -234,7 +234,11 @@ def test_gpu_limits_are_read_as_kubernetes_quantities(quantity: Any, gpus: int) 
 
 
 def test_the_tab_finds_its_instances_job_of_this_deployment_or_of_before_the_label_never_anothers() -> None:
-    from airflow_provider_disttrain.naming import legacy_task_instance_key, task_instance_key, task_instance_labels
+    from airflow_provider_disttrain.ownership.naming import (
+        legacy_task_instance_key,
+        task_instance_key,
+        task_instance_labels,
+    )
 
     def job(name: str, labels: dict[str, str], created: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "labels": labels, "creationTimestamp": created}}

@@ -1,0 +1,222 @@
+"""Deciding, from one look at a job, whether the wait is over and how it ended.
+
+Shared by the synchronous wait loop, the sensor and the trigger, so that deferrable and sync mode
+end in the same way for the same job. An outcome is a JSON-safe dict (it travels as a trigger event):
+``{"status": "success" | "failed" | "timeout" | "inadmissible" | "lost_contact" | "error", "kind", "name",
+"namespace", "state", "message", "job"}`` where ``job`` is the ``job_result`` summary (or None when the job
+is gone). ``inadmissible``: Kueue said it can never admit the job (``kueue_admission``), so it never ran.
+``lost_contact``: the API server could not be reached for longer than ``api_failure_tolerance``; ``job``
+and ``state`` are the last look at the job, which says nothing of how it is doing now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result, job_state
+from airflow_provider_disttrain.kueue.admission import NeverAdmitted
+from airflow_provider_disttrain.kueue.hold import held_by_kueue, startup_clock_shift
+
+SUCCESS = "success"
+FAILED = "failed"
+TIMEOUT = "timeout"
+INADMISSIBLE = "inadmissible"
+LOST_CONTACT = "lost_contact"
+ERROR = "error"
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Which job a wait is about; ``uid`` pins the exact object, not just the name."""
+
+    kind: str
+    name: str
+    namespace: str
+    uid: str | None = None
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "status": status,
+        "kind": ref.kind,
+        "name": ref.name,
+        "namespace": ref.namespace,
+        "state": job_state(job).value if job else None,
+        "message": message,
+        "job": job_result(job, ref.kind) if job else None,
+    }
+
+
+_NOT_STARTED_STATES = (None, JobState.QUEUED, JobState.SUSPENDED)
+
+
+def _not_started(state: JobState, job: Mapping[str, Any], seen_running: bool) -> bool:
+    """Whether the startup limit still applies: the job has not run yet, as far as anyone can tell."""
+    return state in _NOT_STARTED_STATES and not (seen_running or has_run(job))
+
+
+def startup_deadline_for(job: Mapping[str, Any] | None, startup_deadline: float | None) -> float | None:
+    """The startup deadline that applies to ``job``: time spent waiting for Kueue does not count.
+
+    ``startup_deadline`` is counted from the job's creation (it travels as absolute epoch seconds, so
+    serialized triggers keep it); a job Kueue held has it moved by the time it waited until admission,
+    and none applies while Kueue still holds it (``kueue.startup_clock_shift``).
+    """
+    if startup_deadline is None or job is None:
+        return startup_deadline
+    shift = startup_clock_shift(job)
+    return None if shift is None else startup_deadline + shift
+
+
+def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
+    """``queue_timeout`` bounds only the wait for a first admission: Kueue holds the job, which never ran."""
+    return job is not None and held_by_kueue(job) and not (ran or has_run(job))
+
+
+def _last_state(job: Mapping[str, Any], waiting_reason: str | None) -> str:
+    described = describe_state(job)
+    return f"{described}; Kueue: {waiting_reason}" if waiting_reason and held_by_kueue(job) else described
+
+
+def lost_contact(
+    ref: JobRef, job: Mapping[str, Any] | None, *, waited: float, last_contact: float, error: str
+) -> dict[str, Any]:
+    """The wait could not reach the API server for ``waited`` seconds (``error``: the last failure);
+    ``job`` is the last look at the job, taken by ``last_contact`` (epoch seconds)."""
+    at = datetime.fromtimestamp(last_contact, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    seen = f"was last seen {describe_state(job)} at {at}" if job else f"had not been read yet at {at}"
+    return make_outcome(
+        ref,
+        LOST_CONTACT,
+        f"lost contact with the API server for {waited:.0f}s while waiting for {ref.title} ({error}); the job {seen}",
+        job,
+    )
+
+
+def job_gone(ref: JobRef) -> dict[str, Any]:
+    return make_outcome(ref, ERROR, f"{ref.title} no longer exists: it was deleted outside this task")
+
+
+def check_job(
+    ref: JobRef,
+    job: Mapping[str, Any] | None,
+    *,
+    now: float,
+    startup_deadline: float | None = None,
+    execution_deadline: float | None = None,
+    has_run: bool = False,
+    queue_deadline: float | None = None,
+    waiting_reason: str | None = None,
+    never_admitted: NeverAdmitted | None = None,
+) -> dict[str, Any] | None:
+    """The outcome if the wait is over (finished, replaced, gone or past a deadline), else None.
+
+    ``startup_deadline`` only applies until the job first runs: while it is queued, or suspended
+    without having run (held by a queueing system). A job suspended after it ran is waited for, bounded
+    by ``execution_deadline``, which always applies. ``has_run``: the caller saw it run (a suspended
+    MPIJob's conditions do not tell). For a job Kueue holds, the startup clock starts at its admission
+    (``startup_deadline_for``) and ``queue_deadline`` bounds the wait for that admission;
+    ``waiting_reason`` (the Workload's message) goes into a timeout's message. ``never_admitted``
+    (``kueue_admission.never_admitted`` of the job's Workload) ends the wait for a first admission at
+    once: Kueue said it never will, so waiting would only end at ``queue_timeout``.
+    """
+    if job is None:
+        return job_gone(ref)
+    uid = (job.get("metadata") or {}).get("uid")
+    if ref.uid and uid and uid != ref.uid:
+        return make_outcome(
+            ref,
+            ERROR,
+            f"{ref.title} was deleted and recreated outside this task (uid {uid}, expected {ref.uid})",
+            job,
+        )
+    state = job_state(job)
+    if state is JobState.SUCCEEDED:
+        return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
+    if state is JobState.FAILED:
+        return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)
+    if never_admitted is not None and queue_deadline_applies(job, has_run):
+        return make_outcome(ref, INADMISSIBLE, f"{ref.title} was not admitted: {never_admitted.describe()}", job)
+    if execution_deadline is not None and now >= execution_deadline:
+        return make_outcome(
+            ref,
+            TIMEOUT,
+            f"{ref.title} did not finish within the task's execution_timeout; last state: "
+            f"{_last_state(job, waiting_reason)}",
+            job,
+        )
+    if queue_deadline is not None and now >= queue_deadline and queue_deadline_applies(job, has_run):
+        return make_outcome(
+            ref,
+            TIMEOUT,
+            f"{ref.title} was not admitted by Kueue within queue_timeout; last state: "
+            f"{_last_state(job, waiting_reason)}",
+            job,
+        )
+    startup_deadline = startup_deadline_for(job, startup_deadline)
+    if startup_deadline is not None and now >= startup_deadline and _not_started(state, job, has_run):
+        return make_outcome(
+            ref,
+            TIMEOUT,
+            f"{ref.title} did not start within startup_timeout; last state: {describe_state(job)}",
+            job,
+        )
+    return None
+
+
+def seconds_to_deadline(
+    state: JobState | None,
+    *,
+    now: float,
+    startup_deadline: float | None = None,
+    execution_deadline: float | None = None,
+    has_run: bool = False,
+    job: Mapping[str, Any] | None = None,
+    queue_deadline: float | None = None,
+) -> float | None:
+    """How long a waiter may sleep before a deadline that applies to ``state`` passes.
+
+    Given the ``job``, the Kueue rules of ``check_job`` apply: the startup deadline moved by the time
+    spent waiting for admission (none while waiting), and ``queue_deadline`` while Kueue holds it.
+    """
+    deadlines = [execution_deadline]
+    if state in _NOT_STARTED_STATES and not has_run:
+        deadlines.append(startup_deadline_for(job, startup_deadline))
+    if queue_deadline_applies(job, has_run):
+        deadlines.append(queue_deadline)
+    remaining = [deadline - now for deadline in deadlines if deadline is not None]
+    return max(min(remaining), 0.0) if remaining else None
+
+
+def same_job(ref: JobRef, job: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``job`` (a read by name) when it is the job ``ref`` names: of its uid, when ``ref`` has one.
+
+    None otherwise: the name holds a job created since (another run's, a person's copy), and the one
+    this wait is about is gone. Nothing of the other may end this task: its state, result or logs.
+    """
+    if job is None or ref.uid is None or (job.get("metadata") or {}).get("uid") == ref.uid:
+        return job
+    return None
+
+
+def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A timeout ``outcome`` judged on an older look at the job, settled by a fresh look (``job``).
+
+    A trigger's cache can lag behind the job (a silent watch): a job that has finished since ends the
+    task as it finished, not as a timeout, so it is neither reported as timed out nor deleted for it.
+    Any other outcome, or a job still unfinished, gone, or another under the same name (``same_job``),
+    is returned as it is (the same object).
+    """
+    job = same_job(ref, job)
+    if outcome["status"] != TIMEOUT or job is None or not job_state(job).is_terminal:
+        return outcome
+    if job_state(job) is JobState.SUCCEEDED:
+        return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
+    return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)

@@ -1,0 +1,1 @@
+"""Kubernetes object and quantity helpers, and the typed cluster connection."""

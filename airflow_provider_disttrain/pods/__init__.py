@@ -1,0 +1,1 @@
+"""The job's pods: their logs, live log streaming, termination messages and metrics."""

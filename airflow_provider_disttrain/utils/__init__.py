@@ -1,0 +1,1 @@
+"""The clock and the telemetry (metrics and spans) every layer uses."""
