@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_provider_disttrain.exceptions import JobInadmissibleError
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error
-from airflow_provider_disttrain.job.conditions import parse_time
+from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.admission import (
     CLUSTER_QUEUE,
     LOCAL_QUEUE,

@@ -43,7 +43,8 @@ from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.faults import Action, Fault, classify, error_class
 from airflow_provider_disttrain.hooks.watch_cache import WatchCache
 from airflow_provider_disttrain.hooks.watch_values import CachedJob, WatchKey, WatchProblem, trimmed
-from airflow_provider_disttrain.job.kinds import ApiResource, JobKind
+from airflow_provider_disttrain.job.kinds import JobKind
+from airflow_provider_disttrain.kube.resources import ApiResource
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import Clock

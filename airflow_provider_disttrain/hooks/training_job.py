@@ -34,9 +34,10 @@ from airflow_provider_disttrain.hooks.api_errors import (
     retry_transient,
 )
 from airflow_provider_disttrain.hooks.rejections import field_error
-from airflow_provider_disttrain.job.kinds import TRAINING_RUNTIME_KINDS, ApiResource, JobKind, get_job_kind
+from airflow_provider_disttrain.job.kinds import TRAINING_RUNTIME_KINDS, JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.kube.connection import ClusterConnection, minimal_kubeconfig
+from airflow_provider_disttrain.kube.resources import ApiResource
 from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, WORKLOAD, workload_of
 from airflow_provider_disttrain.kueue.position import parse_summary, pending_workloads_path
 from airflow_provider_disttrain.ownership.naming import label_selector

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.hooks.shared_watch import SharedWatch, Subscription
 from airflow_provider_disttrain.hooks.watch_values import WatchKey
-from airflow_provider_disttrain.job.kinds import ApiResource, JobKind
+from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.kube.resources import ApiResource
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils.clock import Clock
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_provider_disttrain.job.conditions import parse_time
 from airflow_provider_disttrain.job.outcome import JobRef, check_job, seconds_to_deadline
 from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.admission import NeverAdmitted
 
 # Airflow 3 (through 3.3) does not time a deferred task out by its execution_timeout: the execution API

@@ -2,9 +2,9 @@
 
 Everything that differs between job kinds lives here as data, so that the manifest builder, the
 status reader, the hooks and the operators never branch on a kind's name (tests/unit/test_layers.py
-greps for such branches). A ``JobKind`` holds its API resource (``ApiResource``, the descriptor also
-of Kueue Workloads and Trainer runtimes), what the builder adds (``BuildDefaults``), how its status
-reads (``StatusShape``) and how its pods are labelled (``PodLabels``), beside the replica rules.
+greps for such branches). A ``JobKind`` holds its API resource (an ``ApiResource``,
+``kube/resources.py``), what the builder adds (``BuildDefaults``), how its status reads
+(``StatusShape``) and how its pods are labelled (``PodLabels``), beside the replica rules.
 Adding a kind that shares the training-operator's status shape is one entry in ``JOB_KINDS``.
 """
 
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
+
+from airflow_provider_disttrain.kube.resources import ApiResource
 
 # Pod labels set by the Kubeflow operators; both operators share the job-name label.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -27,44 +29,6 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-
-
-@dataclass(frozen=True)
-class ApiResource:
-    """What a request needs to name one API resource: a job kind's, a Kueue Workload's, a Trainer
-    runtime's. The one resource descriptor of the provider."""
-
-    kind: str
-    """The resource's ``kind``, e.g. ``PyTorchJob``."""
-    group: str
-    version: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
-
-    def namespaced_path(self, namespace: str) -> NamespacedPath:
-        """The keyword arguments that name this resource in a namespace in the kubernetes clients'
-        ``CustomObjectsApi`` calls (``group``, ``version``, ``namespace``, ``plural``)."""
-        assert self.namespaced, f"{self.kind} is cluster-scoped"
-        return {"group": self.group, "version": self.version, "namespace": namespace, "plural": self.plural}
-
-    def cluster_path(self) -> ClusterPath:
-        """The same for a cluster-scoped resource, in the ``*_cluster_custom_object`` calls."""
-        assert not self.namespaced, f"{self.kind} is namespaced"
-        return {"group": self.group, "version": self.version, "plural": self.plural}
-
-
-class ClusterPath(TypedDict):
-    group: str
-    version: str
-    plural: str
-
-
-class NamespacedPath(ClusterPath):
-    namespace: str
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_disttrain.job.conditions import conditions
 from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result, job_state
 from airflow_provider_disttrain.job.trainer_status import describe_progress, trainer_progress
+from airflow_provider_disttrain.kube.conditions import conditions
 from airflow_provider_disttrain.kueue.hold import held_by_kueue
 from airflow_provider_disttrain.parameters import DEFAULT_PROGRESS_INTERVAL_SECONDS
 

@@ -11,9 +11,9 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_disttrain.job.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.job.kinds import JobKind, kind_of
 from airflow_provider_disttrain.job.trainer_status import trainer_status_result
+from airflow_provider_disttrain.kube.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.kueue.hold import describe_hold, held_by_kueue, queue_name
 
 # Condition types and the state each one means when it is the job's newest true condition.

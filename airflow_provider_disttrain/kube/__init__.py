@@ -1,1 +1,1 @@
-"""Kubernetes object and quantity helpers, and the typed cluster connection."""
+"""Kubernetes helpers under every layer: conditions, API resources, quantities, its rules, the connection."""

@@ -1,7 +1,8 @@
 """Kubernetes quantities (``500m``, ``16Gi``, ``1e3``), as the API server reads them.
 
-A port of Kubernetes' quantity parser, like the other rules in ``manifest/kube_rules``; here, below
-both, because the parameters (``PodOptions.shm_size``) check quantities as well as the manifests do.
+A port of Kubernetes' quantity parser, beside the other rules (``kube/rules.py``, which uses it); below
+the parameters and the manifests, because the parameters (``PodOptions.shm_size``) check quantities as
+well as the manifests do.
 Pure functions: values in, problems (or values) out.
 """
 

@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_disttrain.job.conditions import condition, is_true
-from airflow_provider_disttrain.job.kinds import ApiResource
+from airflow_provider_disttrain.kube.conditions import condition, is_true
+from airflow_provider_disttrain.kube.resources import ApiResource
 
 LOCAL_QUEUE = ApiResource(kind="LocalQueue", group="kueue.x-k8s.io", version="v1beta2", plural="localqueues")
 CLUSTER_QUEUE = ApiResource(

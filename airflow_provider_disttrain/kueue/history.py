@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_disttrain.job.conditions import condition, is_true, parse_time
+from airflow_provider_disttrain.kube.conditions import condition, is_true, parse_time
 
 # "Preempted to accommodate a workload (UID: <workload uid>, JobUID: <job uid>) due to <why>; ..."
 _PREEMPTOR = re.compile(r"\(UID: (?P<workload>[^,)]+), JobUID: (?P<job>[^)]+)\)")

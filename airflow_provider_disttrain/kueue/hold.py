@@ -8,7 +8,7 @@ condition says why ("couldn't assign flavors to pod set ...: insufficient quota 
 flavor ..."); ``Admitted=True`` marks the admission.
 
 Pure functions over the job and Workload objects as the API server returns them. This module imports
-nothing from the rest of the provider but ``exceptions`` and ``kube_rules``, so ``status`` can use it.
+nothing from the rest of the provider but ``exceptions``, ``kube/`` and ``kueue/``, so ``job/`` can use it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.job.conditions import condition, parse_time
-from airflow_provider_disttrain.job.kinds import ApiResource
+from airflow_provider_disttrain.kube.conditions import condition, parse_time
+from airflow_provider_disttrain.kube.resources import ApiResource
+from airflow_provider_disttrain.kube.rules import DNS1123_LABEL_MAX_LENGTH, is_dns1123_subdomain
 from airflow_provider_disttrain.kueue.history import describe_eviction, preemptor_job_uid
-from airflow_provider_disttrain.manifest.kube_rules import DNS1123_LABEL_MAX_LENGTH, is_dns1123_subdomain
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 """The LocalQueue (in the job's namespace) Kueue admits the job through."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any
 
-from airflow_provider_disttrain.job.conditions import parse_time
+from airflow_provider_disttrain.kube.conditions import parse_time
 
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 VISIBILITY_VERSION = "v1beta2"

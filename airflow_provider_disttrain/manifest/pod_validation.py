@@ -2,7 +2,7 @@
 
 A job that breaks one of them is stored without complaint and then never runs: the operator's pod
 creation fails with a Warning event the task would only see as a job stuck in Created. Each rule
-here is Kubernetes' own (see ``kube_rules``), applied to every replica's pod template with the
+here is Kubernetes' own (see ``kube/rules.py``), applied to every replica's pod template with the
 field's full path in the error.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.kube.quantities import parse_quantity, validate_size_limit
-from airflow_provider_disttrain.manifest.kube_rules import (
+from airflow_provider_disttrain.kube.rules import (
     RESOURCE_REQUIREMENTS_FIELDS,
     annotation_problems,
     env_name_problem,

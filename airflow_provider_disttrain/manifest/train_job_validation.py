@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.job.kinds import TRAINING_RUNTIME_KINDS
-from airflow_provider_disttrain.manifest.kube_rules import is_dns1123_subdomain
+from airflow_provider_disttrain.kube.rules import is_dns1123_subdomain
 from airflow_provider_disttrain.manifest.pod_validation import MAX_REPLICAS, validate_env, validate_resources
 from airflow_provider_disttrain.manifest.train_job import INITIALIZER_STEPS, TRAIN_JOB, TRAINER_STEP
 from airflow_provider_disttrain.manifest.validation import (

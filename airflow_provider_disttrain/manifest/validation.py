@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.job.kinds import JOB_KINDS, JobKind
-from airflow_provider_disttrain.manifest.kube_rules import is_dns1035_label, namespace_problem
+from airflow_provider_disttrain.kube.rules import is_dns1035_label, namespace_problem
 from airflow_provider_disttrain.manifest.pod_validation import (
     MAX_REPLICAS,
     validate_annotations,

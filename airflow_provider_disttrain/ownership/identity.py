@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
 from airflow_provider_disttrain.job.outcome import ERROR, JobRef
@@ -46,8 +46,20 @@ from airflow_provider_disttrain.ownership.naming import (
     task_instance_key,
 )
 
-if TYPE_CHECKING:
-    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+
+class JobStore(Protocol):
+    """The four calls ``JobIdentity`` makes of the cluster, as ``hooks/training_job.TrainingJobHook``
+    answers them. Named here so that ownership/ stands below hooks/: the hook imports the labels
+    (``naming``), and this module imports nothing of the hooks."""
+
+    def get_job(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None: ...
+
+    def find_jobs(self, kind: str, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]: ...
+
+    def create_job(self, kind: str, manifest: Mapping[str, Any], namespace: str) -> dict[str, Any]: ...
+
+    def delete_and_wait(self, kind: str, name: str, namespace: str, *, uid: str | None = None) -> bool: ...
+
 
 STATE_STORE_KEY = "disttrain_job"
 
@@ -123,7 +135,7 @@ class JobIdentity:
 
     def __init__(
         self,
-        hook: TrainingJobHook,
+        hook: JobStore,
         kind: str,
         instance_key: InstanceKeys,
         store: Any,

@@ -12,7 +12,7 @@ import secrets
 import string
 from collections.abc import Mapping
 
-# The Kubernetes rules these names must obey (DNS-1035, label values) are manifest/kube_rules.py's.
+# The Kubernetes rules these names must obey (DNS-1035, label values) are kube/rules.py's.
 
 MAX_NAME_LENGTH = 63
 SUFFIX_LENGTH = 6

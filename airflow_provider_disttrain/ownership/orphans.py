@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_provider_disttrain.job.conditions import parse_time
 from airflow_provider_disttrain.job.status import job_state
+from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_ANNOTATION,
     DAG_ID_LABEL,

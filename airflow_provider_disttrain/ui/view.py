@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_disttrain.failures.diagnostics import pod_problems, replica_name
-from airflow_provider_disttrain.job.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.job.gpus import gpus_held, replica_specs
 from airflow_provider_disttrain.job.kinds import kind_of
 from airflow_provider_disttrain.job.progress import replicas_text, waiting_text
@@ -26,6 +25,7 @@ from airflow_provider_disttrain.job.status import (
     job_state,
     replica_counts,
 )
+from airflow_provider_disttrain.kube.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.kueue.hold import admitted_at, held_by_kueue, queue_name, waiting_message
 from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_LABEL,

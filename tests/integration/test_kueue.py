@@ -102,7 +102,7 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def _epoch(stamp: str) -> float:
-    from airflow_provider_disttrain.job.conditions import parse_time
+    from airflow_provider_disttrain.kube.conditions import parse_time
 
     parsed = parse_time(stamp)
     assert parsed is not None

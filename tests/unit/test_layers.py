@@ -1,6 +1,6 @@
 """The package's layers, read from its source: what differs between kinds lives in ``kinds.py`` alone,
-no module of the core imports from the layers built on top of it (the decorators), no two modules
-import each other (through any number of others), and no module imports the package root."""
+each folder imports only from the layers below it (``LAYERS``), no two modules import each other
+(through any number of others), and no module imports the package root."""
 
 from __future__ import annotations
 
@@ -168,3 +168,65 @@ def test_no_module_imports_the_package_root() -> None:
 def test_the_core_never_imports_the_decorators(path: Path) -> None:
     upward = {name for name in IMPORTS[_module_name(path)] if name.startswith(f"{PACKAGE_NAME}.decorators")}
     assert upward == set()
+
+
+# The package's folders and root modules, bottom up: a module imports from its own folder and from the
+# layers below, never from a layer above nor from another folder of its own layer. docs/architecture.md
+# draws the same order. "" is the package root (``__init__.py``).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("exceptions", "version", "utils"),
+    ("kube",),
+    ("parameters", "kueue"),
+    ("job",),
+    ("ownership", "failures", "lineage"),
+    ("hooks", "manifest"),
+    ("pods",),
+    ("triggers",),
+    ("operators",),
+    ("sensors", "decorators", "ui"),
+    ("get_provider_info", ""),
+)
+LAYER_OF = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+
+
+def _part(module: str) -> str:
+    """The folder or root module that ``module`` is part of ("" for the package itself)."""
+    return module.removeprefix(PACKAGE_NAME).removeprefix(".").partition(".")[0]
+
+
+def _upward(imports: dict[str, set[str]], layer_of: dict[str, int]) -> list[str]:
+    """The imports that do not run down a layer, as ``importer -> imported``: to a higher layer, or to
+    another folder of the same layer."""
+    return sorted(
+        f"{module} -> {imported}"
+        for module, imported_modules in imports.items()
+        for imported in imported_modules
+        if _part(module) != _part(imported) and layer_of[_part(imported)] >= layer_of[_part(module)]
+    )
+
+
+def test_every_folder_and_root_module_has_a_layer() -> None:
+    """A new folder (or a module at the root) is placed in ``LAYERS``, so that its imports are held to it."""
+    assert sorted({_part(module) for module in MODULE_NAMES} - set(LAYER_OF)) == []
+
+
+def test_the_layer_check_finds_an_import_that_runs_up_or_sideways() -> None:
+    layer_of = {"low": 0, "mid": 1, "beside": 1, "high": 2}
+    names = {part: f"{PACKAGE_NAME}.{part}.m" for part in layer_of}
+    downward = {names["high"]: {names["mid"], names["low"]}, names["mid"]: {names["low"], f"{PACKAGE_NAME}.mid.n"}}
+    assert _upward(downward, layer_of) == []
+    upward = {names["low"]: {names["high"]}, names["mid"]: {names["beside"]}}
+    assert _upward(upward, layer_of) == [
+        f"{names['low']} -> {names['high']}",
+        f"{names['mid']} -> {names['beside']}",
+    ]
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    """Counting the imports made inside functions and for type checking: a lower layer that needs a
+    higher one's type names what it needs itself (``ownership.identity.JobStore``)."""
+    if upward := _upward(IMPORTS, LAYER_OF):
+        pytest.fail(
+            "imports that run up a layer or sideways (LAYERS):\n"
+            + "\n".join(line.replace(f"{PACKAGE_NAME}.", "") for line in upward)
+        )

@@ -11,12 +11,12 @@ from airflow_provider_disttrain.job.kinds import (
     JOB_ROLE_LABEL,
     REPLICA_TYPE_LABEL,
     TRAINING_RUNTIME_KINDS,
-    ApiResource,
     BuildDefaults,
     JobKind,
     get_job_kind,
     kind_of,
 )
+from airflow_provider_disttrain.kube.resources import ApiResource
 
 # What the Kubeflow operators' CRDs and defaulting code say about each kind.
 EXPECTED = {

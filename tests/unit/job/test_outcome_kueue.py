@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from airflow_provider_disttrain.job.conditions import parse_time
 from airflow_provider_disttrain.job.outcome import TIMEOUT, JobRef, check_job, seconds_to_deadline
 from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.kube.conditions import parse_time
 from tests.unit.kueue.test_hold import CREATED, QUOTA_MESSAGE, RESUMED, held, queued_job, released
 
 REF = JobRef("PyTorchJob", "train-abc", "default", "uid-1")

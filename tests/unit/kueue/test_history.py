@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_disttrain.job.conditions import parse_time
+from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.history import (
     current_eviction,
     describe_record,

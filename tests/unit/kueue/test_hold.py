@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.job.conditions import parse_time
 from airflow_provider_disttrain.job.status import JobState, describe_state, job_state
+from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.hold import (
     JOB_UID_LABEL,
     QUEUE_NAME_LABEL,

@@ -48,7 +48,7 @@ def test_a_refused_env_is_not_echoed(env: Any) -> None:
 
 
 def test_a_trailing_newline_never_passes_a_name_rule():
-    from airflow_provider_disttrain.manifest.kube_rules import (
+    from airflow_provider_disttrain.kube.rules import (
         is_dns1035_label,
         is_dns1123_label,
         is_dns1123_subdomain,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from airflow_provider_disttrain.manifest.kube_rules import is_dns1035_label, is_label_value
+from airflow_provider_disttrain.kube.rules import is_dns1035_label, is_label_value
 from airflow_provider_disttrain.ownership.deployment import DEFAULT_DEPLOYMENT_ID, deployment_id
 from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_LABEL,

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_provider_disttrain.manifest.kube_rules import (
+from airflow_provider_disttrain.kube.rules import (
     env_name_problem,
     is_qualified_name,
     namespace_problem,
