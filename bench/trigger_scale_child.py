@@ -54,7 +54,7 @@ from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 TICK_SECONDS = 0.1
 _REFERENCE = contextvars.ContextVar("reference", default=False)
 """Set in the plain watch's task: its requests are not the waits' and are left out of the counts."""
-# The trigger's progress lines: "<Kind> <namespace>/<name>: <state> (...)" (progress.py).
+# The trigger's progress lines: "<Kind> <namespace>/<name>: <state> (...)" (job/progress.py).
 PROGRESS_LINE = re.compile(r"^\w+ [\w.-]+/[\w.-]+: (queued|suspended|running|succeeded|failed) \(")
 
 

@@ -2,7 +2,7 @@
 
 Imported only when an OpenLineage listener asks a task for its lineage (``operators/lineage.py``):
 it needs the optional ``apache-airflow-providers-openlineage`` (the ``[openlineage]`` extra), which a
-DAG file never imports. The facts come from ``lineage.py``; this module only dresses them as
+DAG file never imports. The facts come from ``lineage/facts.py``; this module only dresses them as
 OpenLineage's attrs classes.
 
 Datasets are named as the OpenLineage naming spec says. An Asset goes through the converter that an

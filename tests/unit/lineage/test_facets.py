@@ -1,4 +1,4 @@
-"""OpenLineage datasets and facets (lineage_facets.py), read back as OpenLineage serializes them."""
+"""OpenLineage datasets and facets (lineage/facets.py), read back as OpenLineage serializes them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The lineage facts (lineage.py): pure functions of a manifest and a result, table-tested."""
+"""The lineage facts (lineage/facts.py): pure functions of a manifest and a result, table-tested."""
 
 from __future__ import annotations
 

@@ -38,3 +38,28 @@ def test_no_job_yet_means_no_link(name):
 
 def test_the_link_is_named_for_the_ui():
     assert TrainingJobLink().name == "Training job"
+
+
+def test_a_serialized_dag_stores_the_link_by_name_not_by_class_path():
+    """Airflow stores an operator's extra links as ``{name: xcom_key}`` and rebuilds them from that alone:
+    no class path of the link is kept, so a DAG serialized before ``links.py`` moved into ``operators/``
+    deserializes the same."""
+    import json
+
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_provider_disttrain import PyTorchJobOperator
+
+    with DAG(dag_id="linked", schedule=None) as dag:
+        PyTorchJobOperator(task_id="train", image="trainer:1")
+    serialized = DagSerialization.to_dict(dag)
+    (task,) = serialized["dag"]["tasks"]
+    # The XCom key is made of the class's name alone (``_link_TrainingJobLink``), which the move kept.
+    assert task["__var"]["_operator_extra_links"] == {"Training job": "_link_TrainingJobLink"}
+    text = json.dumps(serialized)
+    assert TrainingJobLink.__module__ not in text
+    assert "airflow_provider_disttrain.links" not in text
+
+    restored = DagSerialization.from_dict(serialized)
+    assert [link.name for link in restored.get_task("train").operator_extra_links] == ["Training job"]
