@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.gpus import gpus_per_replica
-from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
+from airflow_provider_disttrain.identity import JobIdentity, task_instance_keys_of
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.links import TrainingJobLink
@@ -270,7 +270,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         if self.local_queue is not None:
             # On the job itself, for every kind: Kueue reads the label there (not on the pods).
             labels[QUEUE_NAME_LABEL] = self.local_queue
-        # The full ids and whether this task waits for the job, for the orphan cleanup (orphans.owner_of, judge).
+        # The full ids and whether this task waits for the job, for the orphan cleanup (orphans.job_owner, judge).
         annotations = task_instance_annotations(ti.dag_id, ti.task_id, wait_for_completion=self.wait_for_completion)
         manifest = set_identity(manifest, name, namespace, labels, annotations)
         if (queue := queue_name(manifest)) is not None:
@@ -287,7 +287,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         return JobIdentity(
             self.hook,
             self.kind,
-            instance_key_of(ti),
+            task_instance_keys_of(ti),
             context.get("task_state_store"),
             self.log,
             try_number=ti.try_number,
