@@ -27,6 +27,8 @@ _LAZY_EXPORTS = {
     "PodOptions": "airflow_provider_disttrain.parameters",
     "WaitPolicy": "airflow_provider_disttrain.parameters",
     "CleanupPolicy": "airflow_provider_disttrain.parameters",
+    "PyTorchOptions": "airflow_provider_disttrain.parameters",
+    "MPIOptions": "airflow_provider_disttrain.parameters",
 }
 
 __all__ = [
@@ -34,8 +36,10 @@ __all__ = [
     "DeleteOrphanedTrainingJobsOperator",
     "DeleteTrainingJobOperator",
     "MPIJobOperator",
+    "MPIOptions",
     "PodOptions",
     "PyTorchJobOperator",
+    "PyTorchOptions",
     "ResumeTrainingJobOperator",
     "RunPolicy",
     "ScaleTrainingJobOperator",
@@ -59,7 +63,14 @@ if TYPE_CHECKING:
     from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
     from airflow_provider_disttrain.operators.train_job import TrainJobOperator
     from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-    from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
+    from airflow_provider_disttrain.parameters import (
+        CleanupPolicy,
+        MPIOptions,
+        PodOptions,
+        PyTorchOptions,
+        RunPolicy,
+        WaitPolicy,
+    )
     from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 
 

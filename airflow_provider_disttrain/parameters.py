@@ -2,7 +2,8 @@
 
 A DAG author writes the common case flat (``image``, ``command``, ``num_workers``,
 ``gpus_per_replica``) and what belongs together as one value: ``run_policy=RunPolicy(...)``,
-``pod_options=PodOptions(...)``, ``wait_policy=WaitPolicy(...)``, ``cleanup_policy=CleanupPolicy(...)``.
+``pod_options=PodOptions(...)``, ``wait_policy=WaitPolicy(...)``, ``cleanup_policy=CleanupPolicy(...)``,
+and a kind's own ``spec`` fields: ``pytorch_options=PyTorchOptions(...)``, ``mpi_options=MPIOptions(...)``.
 Each value checks itself when it is made, so a typo fails when the DAG file is parsed, with the
 field's full name (``wait_policy.startup_timeout``) in the error. The validators are public: the
 operators, the sensor and the decorators check their flat parameters with the same functions.
@@ -18,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
+from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.kube.quantities import validate_size_limit
 
 IF_EXISTS_CHOICES = ("reattach", "fail", "replace")
@@ -248,6 +250,116 @@ class CleanupPolicy:
     def deletes_after(self, succeeded: bool) -> bool:
         """Whether a job that finished (``succeeded`` or failed) is deleted once the task has its result."""
         return self.on_finish == "always" or (succeeded and self.on_finish == "succeeded")
+
+
+# A PyTorchJob's ``spec.elasticPolicy`` keys, snake_case to the CRD's camelCase.
+_ELASTIC_KEYS = {
+    "min_replicas": "minReplicas",
+    "max_replicas": "maxReplicas",
+    "rdzv_backend": "rdzvBackend",
+    "rdzv_port": "rdzvPort",
+    "rdzv_host": "rdzvHost",
+    "rdzv_id": "rdzvId",
+    "rdzv_conf": "rdzvConf",
+    "standalone": "standalone",
+    "max_restarts": "maxRestarts",
+    "metrics": "metrics",
+}
+
+
+def elastic_policy_spec(policy: Mapping[str, Any], field: str = "pytorch_options.elastic_policy") -> dict[str, Any]:
+    """``spec.elasticPolicy`` from snake_case (``min_replicas``) or the CRD's camelCase keys."""
+    known = set(_ELASTIC_KEYS) | set(_ELASTIC_KEYS.values())
+    unknown = sorted(set(policy) - known)
+    if unknown:
+        raise ValueError(f"{field}: unknown keys {unknown}; expected some of {sorted(_ELASTIC_KEYS)}")
+    return {_ELASTIC_KEYS.get(key, key): value for key, value in policy.items()}
+
+
+@dataclass(frozen=True)
+class PyTorchOptions:
+    """A PyTorchJob's own ``spec`` fields and replica layout (``PyTorchJobOperator(pytorch_options=...)``).
+
+    :param nproc_per_node: processes per pod (``spec.nprocPerNode``): an integer, ``auto``, ``cpu`` or ``gpu``.
+    :param elastic_policy: ``spec.elasticPolicy`` as a mapping, e.g. ``{"min_replicas": 2,
+        "max_replicas": 8, "rdzv_backend": "c10d", "max_restarts": 3}``; workers can then be scaled with
+        ``ScaleTrainingJobOperator`` within [min, max]. The containers of an elastic job with the c10d
+        rendezvous (from this field or ``job_manifest``) get ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
+        unless their ``env`` names it: with torch >= 2.4, a worker joining later would stall the group.
+    :param with_master: give a job built from parameters a Master replica; default: yes, unless the job
+        is elastic (torchrun's rendezvous replaces the Master there). A ``job_manifest`` keeps its own
+        replicas by default; ``True`` builds a Master from the parameters beside a manifest without one.
+    """
+
+    nproc_per_node: int | str | None = None
+    elastic_policy: Mapping[str, Any] | None = None
+    with_master: bool | None = None
+
+    def __post_init__(self) -> None:
+        nproc_per_node(self.nproc_per_node, "pytorch_options.nproc_per_node")
+        if self.elastic_policy is not None:
+            elastic_policy_spec(self.elastic_policy)  # unknown keys fail when the DAG is parsed
+
+    def to_spec(self) -> dict[str, Any]:
+        """The ``spec`` fields these options set (deep-merged into the job's spec)."""
+        fields: dict[str, Any] = {}
+        if self.nproc_per_node is not None:
+            fields["nprocPerNode"] = str(self.nproc_per_node)
+        if self.elastic_policy is not None:
+            fields["elasticPolicy"] = elastic_policy_spec(self.elastic_policy)
+        return fields
+
+
+# The kinds table's allowed values, checked under the fields' names when the DAG is parsed.
+_MPI_CHOICES = dict(get_job_kind("MPIJob").spec_choices)
+MPI_IMPLEMENTATIONS = tuple(sorted(_MPI_CHOICES["mpiImplementation"]))
+LAUNCHER_CREATION_POLICIES = tuple(sorted(_MPI_CHOICES["launcherCreationPolicy"]))
+
+
+@dataclass(frozen=True)
+class MPIOptions:
+    """An MPIJob's own ``spec`` fields (``MPIJobOperator(mpi_options=...)``).
+
+    :param slots_per_worker: MPI slots per worker (usually GPUs per worker).
+    :param mpi_implementation: ``OpenMPI``, ``Intel`` or ``MPICH``.
+    :param launcher_creation_policy: ``AtStartup`` or ``WaitForWorkersReady``.
+    :param run_launcher_as_worker: also run an MPI rank in the launcher pod.
+    """
+
+    slots_per_worker: int | None = None
+    mpi_implementation: str | None = None
+    launcher_creation_policy: str | None = None
+    run_launcher_as_worker: bool | None = None
+
+    def __post_init__(self) -> None:
+        integer_at_least(self.slots_per_worker, "mpi_options.slots_per_worker")
+        optional_choice(self.mpi_implementation, MPI_IMPLEMENTATIONS, "mpi_options.mpi_implementation")
+        optional_choice(
+            self.launcher_creation_policy, LAUNCHER_CREATION_POLICIES, "mpi_options.launcher_creation_policy"
+        )
+
+    def to_spec(self) -> dict[str, Any]:
+        """The ``spec`` fields these options set (deep-merged into the job's spec)."""
+        return _drop_none(
+            {
+                "slotsPerWorker": self.slots_per_worker,
+                "mpiImplementation": self.mpi_implementation,
+                "launcherCreationPolicy": self.launcher_creation_policy,
+                "runLauncherAsWorker": self.run_launcher_as_worker,
+            }
+        )
+
+
+def refuse_flat_fields(operator: str, parameter: str, group: type, given: Mapping[str, Any]) -> None:
+    """Refuse a flat keyword that is a field of the grouped value ``parameter`` (issue 27 moved the kinds'
+    own fields into ``PyTorchOptions``/``MPIOptions``), naming where it went.
+
+    Without this, Airflow's own refusal of an unknown keyword would not say where the parameter went.
+    """
+    stale = [name for name in given if name in getattr(group, "__dataclass_fields__", {})]
+    if stale:
+        where = "; ".join(f"{name} is now {parameter}={group.__name__}({name}=...)" for name in stale)
+        raise TypeError(f"{operator}: {', '.join(stale)}: moved into a grouped parameter ({where})")
 
 
 def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from airflow.sdk import dag
 
 from airflow_provider_disttrain.operators.manage import ScaleTrainingJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import PyTorchOptions
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 
 IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
@@ -36,8 +37,10 @@ def elastic_pytorch() -> None:
         args=["--nproc_per_node=1", "/workspace/train_ddp.py", "--epochs", "5"],
         num_workers=2,
         gpus_per_replica=1,
-        elastic_policy={"min_replicas": 1, "max_replicas": 4, "rdzv_backend": "c10d", "max_restarts": 3},
-        nproc_per_node=1,
+        pytorch_options=PyTorchOptions(
+            elastic_policy={"min_replicas": 1, "max_replicas": 4, "rdzv_backend": "c10d", "max_restarts": 3},
+            nproc_per_node=1,
+        ),
         # Return as soon as the job exists; the sensor below does the waiting.
         wait_for_completion=False,
     )

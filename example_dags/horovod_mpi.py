@@ -10,7 +10,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
-from airflow_provider_disttrain.parameters import RunPolicy, WaitPolicy
+from airflow_provider_disttrain.parameters import MPIOptions, RunPolicy, WaitPolicy
 
 IMAGE = os.environ.get("DISTTRAIN_HOROVOD_IMAGE", "ghcr.io/example/disttrain-horovod:0.1.0")
 WORKERS = 2
@@ -41,10 +41,12 @@ def horovod_mpi() -> None:
             "2",
         ],
         num_workers=WORKERS,
-        slots_per_worker=GPUS_PER_WORKER,
         gpus_per_replica=GPUS_PER_WORKER,
-        mpi_implementation="OpenMPI",
-        launcher_creation_policy="WaitForWorkersReady",
+        mpi_options=MPIOptions(
+            slots_per_worker=GPUS_PER_WORKER,
+            mpi_implementation="OpenMPI",
+            launcher_creation_policy="WaitForWorkersReady",
+        ),
         deferrable=True,
         execution_timeout=timedelta(hours=4),
         replica_resources={

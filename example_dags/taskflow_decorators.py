@@ -19,7 +19,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import dag, task
 
-from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain.parameters import MPIOptions, PyTorchOptions, WaitPolicy
 
 TORCH_IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
 MPI_IMAGE = os.environ.get("DISTTRAIN_MPI_IMAGE", "ghcr.io/example/disttrain-mpi:0.1.0")
@@ -37,7 +37,12 @@ def taskflow_decorators() -> None:
     def prepare_data() -> dict[str, Any]:
         return {"dataset": "s3://example-bucket/datasets/v3", "epochs": 2, "learning_rate": 0.01}
 
-    @task.pytorch_job(image=TORCH_IMAGE, num_workers=1, nproc_per_node=2, wait_policy=WaitPolicy(poll_interval=2))
+    @task.pytorch_job(
+        image=TORCH_IMAGE,
+        num_workers=1,
+        pytorch_options=PyTorchOptions(nproc_per_node=2),
+        wait_policy=WaitPolicy(poll_interval=2),
+    )
     def train(config: dict[str, Any]) -> dict[str, Any]:
         import os
         import socket
@@ -70,10 +75,9 @@ def taskflow_decorators() -> None:
     @task.mpi_job(
         image=MPI_IMAGE,
         num_workers=2,
-        slots_per_worker=1,
         args=["--allow-run-as-root"],  # the MPI images run as root: sshd in the workers needs it
         # mpirun reaches the workers over ssh at once: start the launcher when their sshd is up.
-        launcher_creation_policy="WaitForWorkersReady",
+        mpi_options=MPIOptions(slots_per_worker=1, launcher_creation_policy="WaitForWorkersReady"),
         wait_policy=WaitPolicy(poll_interval=2),
     )
     def evaluate(model: dict[str, Any]) -> dict[str, Any]:

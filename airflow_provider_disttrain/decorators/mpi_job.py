@@ -22,7 +22,7 @@ class MPIJobDecoratedOperator(DecoratedTrainingJobOperator, MPIJobOperator):
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
 
     def launcher_command(self) -> tuple[list[str], list[str] | None]:
-        implementation = self.mpi_implementation or "OpenMPI"  # the mpi-operator's default
+        implementation = self.mpi_options.mpi_implementation or "OpenMPI"  # the mpi-operator's default
         command = ["python", "-m", ENTRYPOINT_MODULE, "--mpirun", "--mpi-implementation", implementation, "--"]
         return command, list(self.args) if self.args else None
 
@@ -32,10 +32,11 @@ def mpi_job_task(
 ) -> TaskDecorator:
     """Run the function on every MPI slot of an MPIJob; rank 0's return value is the task's XCom.
 
-    Accepts every ``MPIJobOperator`` parameter (``image``, ``num_workers``, ``slots_per_worker``,
-    ``mpi_implementation``, ``deferrable``, ...) except ``command``; ``args`` are extra mpirun
-    arguments (e.g. ``["--allow-run-as-root"]``). The image needs an MPI and this provider
-    (``pip install --no-deps airflow-provider-disttrain``). Arguments and the return value travel as JSON.
+    Accepts every ``MPIJobOperator`` parameter (``image``, ``num_workers``,
+    ``mpi_options=MPIOptions(slots_per_worker=..., mpi_implementation=...)``, ``deferrable``, ...) except
+    ``command``; ``args`` are extra mpirun arguments (e.g. ``["--allow-run-as-root"]``). The image needs an MPI
+    and this provider (``pip install --no-deps airflow-provider-disttrain``). Arguments and the return value
+    travel as JSON.
     """
     return task_decorator_factory(
         python_callable=python_callable,

@@ -14,8 +14,8 @@ from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 
 class PyTorchJobDecoratedOperator(DecoratedTrainingJobOperator, PyTorchJobOperator):
     """Each replica runs ``torchrun [args] --module <entrypoint>``. torchrun reads what the training-operator
-    injects (PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE from ``nproc_per_node``, PET_MASTER_ADDR/PORT,
-    or the PET_RDZV_* of an elastic job) and starts ``nproc_per_node`` processes per pod, each with its
+    injects (PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE from ``pytorch_options.nproc_per_node``,
+    PET_MASTER_ADDR/PORT, or the PET_RDZV_* of an elastic job) and starts that many processes per pod, each with its
     global RANK; the process with RANK 0 (on master-0) writes the return value."""
 
     custom_operator_name = "@task.pytorch_job"
@@ -31,10 +31,10 @@ def pytorch_job_task(
 ) -> TaskDecorator:
     """Run the function on every process of a PyTorchJob; rank 0's return value is the task's XCom.
 
-    Accepts every ``PyTorchJobOperator`` parameter (``image``, ``num_workers``, ``nproc_per_node``,
-    ``gpus_per_replica``, ``deferrable``, ...) except ``command``; ``args`` are extra torchrun
-    arguments. The image needs torch and this provider (``pip install --no-deps airflow-provider-disttrain``;
-    Airflow is not needed there). Arguments and the return value travel as JSON.
+    Accepts every ``PyTorchJobOperator`` parameter (``image``, ``num_workers``, ``gpus_per_replica``,
+    ``pytorch_options=PyTorchOptions(nproc_per_node=...)``, ``deferrable``, ...) except ``command``; ``args``
+    are extra torchrun arguments. The image needs torch and this provider (``pip install --no-deps
+    airflow-provider-disttrain``; Airflow is not needed there). Arguments and the return value travel as JSON.
     """
     return task_decorator_factory(
         python_callable=python_callable,

@@ -1,5 +1,5 @@
 """What the sync and async hooks share: which API errors are transient, what each status means, and
-the class each error is counted under in the metrics (``error_class``).
+the class each error is counted under in the telemetry (``error_class``).
 
 Both Kubernetes clients raise an ``ApiException`` with ``.status``; connection-level failures come as
 urllib3 errors (sync) or aiohttp/asyncio errors (async). The retry policy is tenacity's; only the
@@ -108,12 +108,12 @@ def may_heal_unanswered(error: BaseException) -> bool:
     return is_transient(error)
 
 
-# Metric classes of the answers that carry a status (``error_class``); other 4xx are ``client``.
+# Telemetry classes of the answers that carry a status (``error_class``); other 4xx are ``client``.
 _STATUS_CLASSES = {410: "expired", 401: "unauthorized", 403: "forbidden", 429: "throttled", 408: "server"}
 
 
 def error_class(error: BaseException) -> str:
-    """The class an error is counted under in the metrics (``telemetry``): what a platform team acts on.
+    """The class an error is counted under in the telemetry (``telemetry.py``): what a platform team acts on.
 
     ``connection`` (no answer: refused, reset, timed out, a silent watch), ``stream`` (a watch stream cut
     in the middle of an event), ``credentials`` (the kubeconfig's plugin failed or hung), ``expired``
@@ -131,7 +131,7 @@ def error_class(error: BaseException) -> str:
 
 
 def _counted_transient(error: BaseException) -> bool:
-    """``is_transient``, counting the failed request in the metrics on the way (tenacity asks once per
+    """``is_transient``, counting the failed request in the telemetry on the way (tenacity asks once per
     failed attempt). A 404 or 409 is an answer the callers expect (absent, already there), not counted."""
     if api_status(error) not in (404, 409):
         telemetry.api_error(error_class(error))

@@ -4,7 +4,7 @@ Every trigger of a triggerer runs on one event loop, and asyncio runs, in one tu
 became ready during the previous one, before it looks at its timers or its sockets again. A triggerer
 that starts 1,000 training triggers at once (a restart, a takeover), or a shared watch that wakes the
 1,000 subscribers of its first LIST, makes 1,000 triggers ready in the same turn: each does a little
-(judge the job, a progress line, a metric), and the turn holds the loop for the sum - about a second
+(judge the job, a progress line, telemetry), and the turn holds the loop for the sum - about a second
 at 1,000, quadratic in what each step touched - while every other trigger of the process, other
 providers' included, waits (Airflow warns at 0.2 s).
 

@@ -289,7 +289,7 @@ class SharedWatch(WatchCache):
             await self.clock.sleep(ARRIVALS_QUIET_SECONDS)
 
     def _count(self, error: BaseException) -> None:
-        """The metrics of a broken request: an API error, and a restart of this watch, by error class."""
+        """The telemetry of a broken request: an API error, and a restart of this watch, by error class."""
         broken = error_class(error)
         tags = {"kind": self.key.kind, "namespace": self.key.namespace}
         telemetry.api_error(broken, **tags)

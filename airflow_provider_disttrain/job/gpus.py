@@ -1,6 +1,6 @@
 """GPUs of a job: what each replica type asks for (from the spec) and what the job holds now (from its status).
 
-Pure, shared by the UI (a job read whole) and the trigger's metrics (a trimmed view without the spec: the
+Pure, shared by the UI (a job read whole) and the trigger's telemetry (a trimmed view without the spec: the
 operator hands the trigger ``gpus_per_replica`` once, when it defers). Every vendor's extended resource
 counts (``nvidia.com/gpu``, ``amd.com/gpu``).
 """

@@ -77,8 +77,9 @@ class BuildDefaults:
     port: int | None = None
     """The container port the kind's operator expects (named ``port_name``), when the template has none."""
     port_name: str | None = None
-    leader_replica: str | None = None
-    """Replica added beside the workers (always 1 replica); None: workers only."""
+    builds_leader: bool = False
+    """Whether a job built from parameters gets the kind's ``leader_replica`` beside the workers (always 1
+    replica); False: workers only."""
     restart_policy: str = "OnFailure"
     leader_gets_accelerators: bool = True
     """Whether the per-replica GPU request applies to the leader too (not to an MPI launcher)."""
@@ -156,6 +157,11 @@ class JobKind:
         return self.resource.kind
 
     @property
+    def built_leader(self) -> str | None:
+        """The leader replica a job built from parameters gets beside its workers, if the kind builds one."""
+        return self.leader_replica if self.builder.builds_leader else None
+
+    @property
     def has_replica_specs(self) -> bool:
         """Whether the job lists its replicas itself (v1 kinds, MPIJob); a TrainJob's come from its runtime."""
         return self.replica_specs_key is not None
@@ -207,7 +213,7 @@ JOB_KINDS: dict[str, JobKind] = {
             replica_specs_key="pytorchReplicaSpecs",
             container_name="pytorch",
             leader_replica="Master",
-            builder=BuildDefaults(port=23456, port_name="pytorchjob-port", leader_replica="Master"),
+            builder=BuildDefaults(port=23456, port_name="pytorchjob-port", builds_leader=True),
             supports_elastic=True,
             spec_choices=(("elasticPolicy.rdzvBackend", frozenset({"c10d", "etcd", "etcd-v2"})),),
         ),
@@ -219,7 +225,7 @@ JOB_KINDS: dict[str, JobKind] = {
             requires_named_container=False,
             leader_replica="Launcher",
             builder=BuildDefaults(
-                leader_replica="Launcher",
+                builds_leader=True,
                 restart_policy="Never",
                 leader_gets_accelerators=False,
                 worker_command=("/usr/sbin/sshd", "-De"),
@@ -258,7 +264,7 @@ JOB_KINDS: dict[str, JobKind] = {
             replica_specs_key="xgbReplicaSpecs",
             container_name="xgboost",
             leader_replica="Master",
-            builder=BuildDefaults(port=9999, port_name="xgboostjob-port", leader_replica="Master"),
+            builder=BuildDefaults(port=9999, port_name="xgboostjob-port", builds_leader=True),
             # The training-operator v1.9 webhook: "spec.xgbReplicaSpecs[Master]: Required value: must be present".
             leader_required=True,
         ),

@@ -96,7 +96,7 @@ def _resources_for(params: JobParameters, replica_type: str, kind: JobKind) -> d
         else:
             by_type = {kind.canonical_replica_type(key) or key: value for key, value in params.resources.items()}
             resources = copy.deepcopy(dict(by_type.get(replica_type) or {}))
-    gets_gpus = replica_type != kind.builder.leader_replica or kind.builder.leader_gets_accelerators
+    gets_gpus = replica_type != kind.built_leader or kind.builder.leader_gets_accelerators
     if params.gpus_per_replica is not None and gets_gpus:
         resources.setdefault("limits", {})[GPU_RESOURCE] = params.gpus_per_replica
     return resources or None
@@ -119,8 +119,8 @@ def canonical_replica_specs(kind: JobKind, specs: Mapping[str, Any]) -> dict[str
 
 def _skeleton(kind: JobKind, params: JobParameters) -> dict[str, Any]:
     replica_specs: dict[str, Any] = {}
-    if kind.builder.leader_replica and params.with_leader is not False:
-        replica_specs[kind.builder.leader_replica] = {"replicas": 1, "restartPolicy": kind.builder.restart_policy}
+    if kind.built_leader and params.with_leader is not False:
+        replica_specs[kind.built_leader] = {"replicas": 1, "restartPolicy": kind.builder.restart_policy}
     replica_specs[kind.worker_replica] = {
         "replicas": params.num_workers if params.num_workers is not None else 1,
         "restartPolicy": kind.builder.restart_policy,
@@ -142,7 +142,7 @@ def _leader_to_build(kind: JobKind, replica_specs: Mapping[str, Any], params: Jo
     with the replica. A leader a valid manifest leaves out on purpose (a PyTorchJob of Workers only,
     an elastic one) is not added unasked. Without ``image`` none is built, and validation names it.
     """
-    leader = kind.builder.leader_replica
+    leader = kind.built_leader
     if leader is None or params.with_leader is False:
         return None
     # Also one in another case (``launcher``), which validation names (the mpi-operator matches exactly).
@@ -165,7 +165,7 @@ def _refuse_dropped_parameters(kind: JobKind, replica_specs: Mapping[str, Any], 
                     f"names a {replica} replica, and this {kind.kind} has none (it has "
                     f"{', '.join(sorted(present))}): these resources would be dropped",
                 )
-    leader = kind.builder.leader_replica
+    leader = kind.built_leader
     if kind.builder.worker_command is not None and leader and not present - {kind.worker_replica}:
         # The kind's workers run the builder's own command (MPI: sshd); only the leader runs the user's.
         for name in ("command", "args"):

@@ -20,10 +20,11 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
 from airflow_provider_disttrain.job.deadlines import Deadlines
 from airflow_provider_disttrain.job.gpus import gpus_per_replica
+from airflow_provider_disttrain.ownership.identity import JobIdentity, task_instance_keys_of
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
-from airflow_provider_disttrain.job.outcome import JobRef
-from airflow_provider_disttrain.job.status import describe_state, job_result, job_state
 from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL, queue_name, validate_queue_name
+from airflow_provider_disttrain.operators.links import TrainingJobLink
+from airflow_provider_disttrain.pods.logs import LEADER, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, manifest_template
 from airflow_provider_disttrain.manifest.pod_validation import env_values_by_name
@@ -274,7 +275,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         if self.local_queue is not None:
             # On the job itself, for every kind: Kueue reads the label there (not on the pods).
             labels[QUEUE_NAME_LABEL] = self.local_queue
-        # The full ids and whether this task waits for the job, for the orphan cleanup (orphans.owner_of, judge).
+        # The full ids and whether this task waits for the job, for the orphan cleanup (orphans.job_owner, judge).
         annotations = task_instance_annotations(ti.dag_id, ti.task_id, wait_for_completion=self.wait_for_completion)
         manifest = set_identity(manifest, name, namespace, labels, annotations)
         if (queue := queue_name(manifest)) is not None:
@@ -291,7 +292,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         return JobIdentity(
             self.hook,
             self.kind,
-            instance_key_of(ti),
+            task_instance_keys_of(ti),
             context.get("task_state_store"),
             self.log,
             try_number=ti.try_number,

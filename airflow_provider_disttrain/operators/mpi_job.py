@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.parameters import integer_at_least, optional_choice
+from airflow_provider_disttrain.parameters import (
+    LAUNCHER_CREATION_POLICIES,
+    MPI_IMPLEMENTATIONS,
+    MPIOptions,
+    refuse_flat_fields,
+    require_type,
+)
 
-# The kinds table's allowed values, checked here under the parameters' names when the DAG is parsed.
-_SPEC_CHOICES = dict(get_job_kind("MPIJob").spec_choices)
-MPI_IMPLEMENTATIONS = tuple(sorted(_SPEC_CHOICES["mpiImplementation"]))
-LAUNCHER_CREATION_POLICIES = tuple(sorted(_SPEC_CHOICES["launcherCreationPolicy"]))
+__all__ = ["LAUNCHER_CREATION_POLICIES", "MPI_IMPLEMENTATIONS", "MPIJobOperator"]
 
 
 class MPIJobOperator(TrainingJobOperator):
@@ -20,36 +22,17 @@ class MPIJobOperator(TrainingJobOperator):
     ``TrainingJobOperator`` parameters apply (``kind`` is MPIJob, ``command`` is the launcher's; give
     the launcher little with ``replica_resources={"Worker": {...}, "Launcher": {...}}``); in addition:
 
-    :param slots_per_worker: MPI slots per worker (usually GPUs per worker).
-    :param mpi_implementation: ``OpenMPI``, ``Intel`` or ``MPICH``.
-    :param launcher_creation_policy: ``AtStartup`` or ``WaitForWorkersReady``.
-    :param run_launcher_as_worker: also run an MPI rank in the launcher pod.
+    :param mpi_options: the MPIJob's own ``spec`` fields (``MPIOptions``: slots per worker, MPI
+        implementation, launcher creation policy, launcher as worker).
     """
 
     fixed_kind = "MPIJob"
 
-    def __init__(
-        self,
-        *,
-        slots_per_worker: int | None = None,
-        mpi_implementation: str | None = None,
-        launcher_creation_policy: str | None = None,
-        run_launcher_as_worker: bool | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, mpi_options: MPIOptions | None = None, **kwargs: Any) -> None:
+        refuse_flat_fields(type(self).__name__, "mpi_options", MPIOptions, kwargs)
         super().__init__(**kwargs)
-        self.slots_per_worker = integer_at_least(slots_per_worker, "slots_per_worker")
-        self.mpi_implementation = optional_choice(mpi_implementation, MPI_IMPLEMENTATIONS, "mpi_implementation")
-        self.launcher_creation_policy = optional_choice(
-            launcher_creation_policy, LAUNCHER_CREATION_POLICIES, "launcher_creation_policy"
-        )
-        self.run_launcher_as_worker = run_launcher_as_worker
+        require_type(mpi_options, MPIOptions, "mpi_options")
+        self.mpi_options = mpi_options or MPIOptions()
 
     def kind_spec_fields(self) -> dict[str, Any]:
-        fields = {
-            "slotsPerWorker": self.slots_per_worker,
-            "mpiImplementation": self.mpi_implementation,
-            "launcherCreationPolicy": self.launcher_creation_policy,
-            "runLauncherAsWorker": self.run_launcher_as_worker,
-        }
-        return {key: value for key, value in fields.items() if value is not None}
+        return self.mpi_options.to_spec()

@@ -29,9 +29,9 @@ from airflow_provider_disttrain.ownership.orphans import (
     Action,
     Verdict,
     find_task_instance,
+    job_owner,
     judge,
     needs_judging,
-    owner_of,
 )
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
         try:
             for kind in self.kinds:
                 for job in self._jobs_to_judge(kind, namespace, report):
-                    owner = owner_of(job)
+                    owner = job_owner(job)
                     assert owner is not None  # _jobs_to_judge keeps only these
                     task_instance = find_task_instance(owner, task_states(owner.dag_id, owner.task_id))
                     verdict = judge(job, task_instance, now, grace_period)
@@ -169,12 +169,12 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
         unfinished jobs, which the cluster's capacity bounds, are held until they are judged.
         """
         # Presence of the task-instance label (an "exists" selector): the API server filters out jobs
-        # the provider did not create; owner_of checks that the rest name their task instance.
+        # the provider did not create; job_owner checks that the rest name their task instance.
         candidates: list[dict[str, Any]] = []
         try:
             for page in self.hook.job_pages(kind, namespace, TASK_INSTANCE_LABEL):
                 for job in page:
-                    if owner_of(job) is None:
+                    if job_owner(job) is None:
                         continue
                     if needs_judging(job):
                         candidates.append(job)

@@ -20,7 +20,7 @@ Where the identity is kept, in the order a new try looks:
 * XCom (``job_name``/``job_namespace``): how the scheduler's deferral timeout, which resumes a task
   whose trigger never reported, finds the job to delete.
 
-``JobIdentity`` is the thin I/O layer over the hook; ``owns`` and ``owner_of`` are pure.
+``JobIdentity`` is the thin I/O layer over the hook; ``owns`` and ``describe_owner`` are pure.
 """
 
 from __future__ import annotations
@@ -69,19 +69,20 @@ def _labels(job: Mapping[str, Any] | None) -> Mapping[str, str]:
 
 
 @dataclass(frozen=True)
-class InstanceKeys:
-    """What a job of one task instance of this deployment carries: ``key`` (``TASK_INSTANCE_LABEL``) and
-    ``deployment`` (``DEPLOYMENT_LABEL``); ``legacy_key`` is the key of its jobs made before the
+class TaskInstanceKeys:
+    """What a job of one task instance of this deployment carries: ``task_instance_key``
+    (``TASK_INSTANCE_LABEL``) and ``deployment`` (``DEPLOYMENT_LABEL``); ``legacy_task_instance_key`` is the
+    key of its jobs made before the
     deployment label existed."""
 
-    key: str
-    legacy_key: str
+    task_instance_key: str
+    legacy_task_instance_key: str
     deployment: str
 
     @classmethod
     def of(
         cls, dag_id: str, task_id: str, run_id: str, map_index: int | None, deployment_id: str | None = None
-    ) -> InstanceKeys:
+    ) -> TaskInstanceKeys:
         """The keys of a task instance; ``deployment_id`` None: this Airflow's."""
         deployment_id = resolve_deployment_id(deployment_id)
         return cls(
@@ -91,7 +92,7 @@ class InstanceKeys:
         )
 
 
-def owns(job: Mapping[str, Any] | None, keys: InstanceKeys) -> bool:
+def owns(job: Mapping[str, Any] | None, keys: TaskInstanceKeys) -> bool:
     """Whether ``job`` is the task instance's whose keys are ``keys``, in this deployment.
 
     A job with a deployment label must carry this deployment's and the key that includes it; a job
@@ -101,11 +102,11 @@ def owns(job: Mapping[str, Any] | None, keys: InstanceKeys) -> bool:
         return False
     labels = _labels(job)
     if DEPLOYMENT_LABEL in labels:
-        return labels[DEPLOYMENT_LABEL] == keys.deployment and labels.get(TASK_INSTANCE_LABEL) == keys.key
-    return labels.get(TASK_INSTANCE_LABEL) == keys.legacy_key
+        return labels[DEPLOYMENT_LABEL] == keys.deployment and labels.get(TASK_INSTANCE_LABEL) == keys.task_instance_key
+    return labels.get(TASK_INSTANCE_LABEL) == keys.legacy_task_instance_key
 
 
-def owner_of(job: Mapping[str, Any]) -> str:
+def describe_owner(job: Mapping[str, Any]) -> str:
     """Who the job belongs to, in the words of its labels (for an error that names the other owner)."""
     labels = _labels(job)
     if TASK_INSTANCE_LABEL not in labels:
@@ -129,15 +130,15 @@ def _gone_or_going(job: Mapping[str, Any] | None, uid: str | None) -> bool:
 class JobIdentity:
     """The job identity of one task instance: its state store entry, its labels, its XComs.
 
-    ``store`` is the context's ``task_state_store`` (None where Airflow has none); ``instance_key``
-    the instance's keys (``instance_key_of``).
+    ``store`` is the context's ``task_state_store`` (None where Airflow has none); ``task_instance_keys``
+    the instance's keys (``task_instance_keys_of``).
     """
 
     def __init__(
         self,
         hook: JobStore,
         kind: str,
-        instance_key: InstanceKeys,
+        task_instance_keys: TaskInstanceKeys,
         store: Any,
         log: logging.Logger | Any,
         *,
@@ -145,7 +146,7 @@ class JobIdentity:
     ) -> None:
         self.hook = hook
         self.kind = kind
-        self.instance_key = instance_key
+        self.task_instance_keys = task_instance_keys
         self.store = store
         self.log = log
         self.try_number = try_number
@@ -227,12 +228,12 @@ class JobIdentity:
     def _labelled_jobs(self, namespace: str) -> list[dict[str, Any]]:
         """This instance's jobs found by label: this deployment's, else those made before the deployment
         label existed (only jobs without one: another deployment's share the legacy key)."""
-        keys = self.instance_key
-        found = self.hook.find_jobs(self.kind, namespace, {TASK_INSTANCE_LABEL: keys.key})
+        keys = self.task_instance_keys
+        found = self.hook.find_jobs(self.kind, namespace, {TASK_INSTANCE_LABEL: keys.task_instance_key})
         # A first try has no earlier one whose job it could find, least of all one made by an older release:
         # the legacy LIST is spent only on later tries (and where the try is unknown).
         if not (ours := [job for job in found if owns(job, keys)]) and self.try_number != 1:
-            legacy = self.hook.find_jobs(self.kind, namespace, {TASK_INSTANCE_LABEL: keys.legacy_key})
+            legacy = self.hook.find_jobs(self.kind, namespace, {TASK_INSTANCE_LABEL: keys.legacy_task_instance_key})
             ours = [job for job in legacy if owns(job, keys)]
         return ours
 
@@ -253,15 +254,15 @@ class JobIdentity:
         if explicit_name and (current := self.hook.get_job(self.kind, name, namespace)):
             recorded = self.recorded_uid(name, namespace)
             # Carrying this instance's labels is not enough where a try recorded another uid under the name.
-            ours = owns(current, self.instance_key) and recorded in (None, current["metadata"].get("uid"))
+            ours = owns(current, self.task_instance_keys) and recorded in (None, current["metadata"].get("uid"))
             if if_exists == "reattach" and ours and not job_state(current).is_terminal:
                 return current, True
             if not ours and if_exists != "replace":
                 whose = (
                     f"carries this task instance's labels but is not the job it recorded (uid "
                     f"{current['metadata'].get('uid')}, recorded {recorded}): a copy, or another's"
-                    if owns(current, self.instance_key)
-                    else f"belongs to {owner_of(current)}, not to this task instance"
+                    if owns(current, self.task_instance_keys)
+                    else f"belongs to {describe_owner(current)}, not to this task instance"
                 )
                 raise JobAlreadyExistsError(
                     f"{self.kind} {namespace}/{name} already exists and {whose} (if_exists={if_exists!r} never "
@@ -275,7 +276,7 @@ class JobIdentity:
         except JobAlreadyExistsError:
             # A create whose reply was lost and was retried, or a race with another try of this task.
             job = self.hook.get_job(self.kind, name, namespace)  # type: ignore[assignment]
-            if not owns(job, self.instance_key):
+            if not owns(job, self.task_instance_keys):
                 raise
         self.remember(JobRef(self.kind, name, namespace, job["metadata"].get("uid")), submitted_at=submitted_at)
         return job, False
@@ -315,7 +316,7 @@ class JobIdentity:
     def own_job(self, name: str, namespace: str) -> dict[str, Any] | None:
         """The job of that name, if it is this task instance's (carries its label); else None."""
         job = self.hook.get_job(self.kind, name, namespace)
-        return job if owns(job, self.instance_key) else None
+        return job if owns(job, self.task_instance_keys) else None
 
     @staticmethod
     def publish(ti: Any, ref: JobRef) -> None:
@@ -324,6 +325,6 @@ class JobIdentity:
         ti.xcom_push(key="job_namespace", value=ref.namespace)
 
 
-def instance_key_of(ti: Any) -> InstanceKeys:
+def task_instance_keys_of(ti: Any) -> TaskInstanceKeys:
     """The keys of an Airflow task instance in this deployment."""
-    return InstanceKeys.of(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+    return TaskInstanceKeys.of(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)

@@ -138,7 +138,7 @@ def task_instance_labels(
 
 # The full ids, in annotations (no length or alphabet limit): the labels above are sanitized and cut to
 # 63 characters, so a dag id of 64 characters, with a leading "_" or a non-ASCII letter cannot be read
-# back from them. The orphan cleanup reads these first (``orphans.owner_of``); the task-instance hash
+# back from them. The orphan cleanup reads these first (``orphans.job_owner``); the task-instance hash
 # still decides whose job it is. Annotation keys may share the label keys' names.
 DAG_ID_ANNOTATION = f"{LABEL_PREFIX}/dag-id"
 TASK_ID_ANNOTATION = f"{LABEL_PREFIX}/task-id"

@@ -73,12 +73,12 @@ class JobOwner:
     dag_id: str
     task_id: str
     map_index: int
-    key: str
+    task_instance_key: str
     deployment: str | None = None
     """The ``DEPLOYMENT_LABEL`` value (a hash of the deployment id); None on jobs made before it existed."""
 
 
-def owner_of(job: Mapping[str, Any]) -> JobOwner | None:
+def job_owner(job: Mapping[str, Any]) -> JobOwner | None:
     """The task instance named by the job's labels; None for a job the provider's operators did not label."""
     metadata = job.get("metadata") or {}
     labels, annotations = metadata.get("labels") or {}, metadata.get("annotations") or {}
@@ -122,7 +122,7 @@ def find_task_instance(
             if owner.deployment is None
             else task_instance_key(owner.dag_id, owner.task_id, run_id, owner.map_index, deployment)
         )
-        if name in states and key == owner.key:
+        if name in states and key == owner.task_instance_key:
             return run_id, states[name]
     return None
 
@@ -178,7 +178,7 @@ def judge(
     ``deployment_id``: this Airflow's (None: from the configuration). Another deployment's job is never
     touched: its task instance's state is that deployment's, whatever this Airflow's run of the same id says.
     """
-    if (owner := owner_of(job)) is not None and another_deployments(owner, deployment_id):
+    if (owner := job_owner(job)) is not None and another_deployments(owner, deployment_id):
         return Verdict(
             Action.KEEP, f"{KEPT_OTHER_DEPLOYMENT} (its deployment label is not this one's)", KEPT_OTHER_DEPLOYMENT
         )

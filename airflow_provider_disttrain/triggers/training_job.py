@@ -83,7 +83,7 @@ class TrainingJobTrigger(BaseTrigger):
     :param watch_timeout: seconds one watch request stays open before it is renewed.
     :param progress_interval: after a burst, at most one progress line per this many seconds.
     :param gpus_per_replica: GPUs one pod of each replica type asks for (the manifest's, which the watch's
-        view leaves out), for the ``disttrain.gpus_held`` metric; None when not known (a sensor).
+        view leaves out), for the ``disttrain.gpus_held`` telemetry gauge; None when not known (a sensor).
     :param api_failure_tolerance: seconds of continuous API failure before giving up with a ``lost_contact``
         event (the operator's ``WaitPolicy.api_failure_tolerance``); rows stored before it was settable
         carry 300.

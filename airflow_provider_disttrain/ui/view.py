@@ -148,7 +148,7 @@ def _durations(job: Mapping[str, Any], now: float) -> dict[str, float | None]:
 
 def task_instance_of(job: Mapping[str, Any]) -> dict[str, Any]:
     """The task instance the job's labels name (label values: DAG, task and run ids sanitized and cut to
-    63 characters); ``key`` is the hash the provider selects on, ``dag_key`` the hash of the full DAG id
+    63 characters); ``task_instance_key`` is the hash the provider selects on, ``dag_key`` the hash of the full DAG id
     (``readable`` replaces ``dag_id`` by the full id it stands for)."""
     labels = _labels(job)
     map_index = labels.get(MAP_INDEX_LABEL)
@@ -159,7 +159,7 @@ def task_instance_of(job: Mapping[str, Any]) -> dict[str, Any]:
         "run_id_label": labels.get(RUN_ID_LABEL),
         "map_index": int(map_index) if map_index is not None and map_index.lstrip("-").isdigit() else -1,
         "try_number": labels.get(TRY_NUMBER_LABEL),
-        "key": labels.get(TASK_INSTANCE_LABEL),
+        "task_instance_key": labels.get(TASK_INSTANCE_LABEL),
         "deployment": labels.get(DEPLOYMENT_LABEL),
     }
 
@@ -261,19 +261,22 @@ def job_detail(
     }
 
 
-def _is_instances(labels: Mapping[str, str], instance_key: str, legacy_key: str | None) -> bool:
-    """Whether a job's labels name the task instance of ``instance_key`` (this deployment's key), or of
-    ``legacy_key`` for a job made before the deployment label existed (``identity.owns`` decides alike)."""
+def _is_instances(labels: Mapping[str, str], task_instance_key: str, legacy_task_instance_key: str | None) -> bool:
+    """Whether a job's labels name the task instance of ``task_instance_key`` (this deployment's key), or
+    of ``legacy_task_instance_key`` for a job made before the deployment label existed (``identity.owns``
+    decides alike)."""
     key = labels.get(TASK_INSTANCE_LABEL)
-    return key == instance_key or (legacy_key is not None and DEPLOYMENT_LABEL not in labels and key == legacy_key)
+    legacy = legacy_task_instance_key is not None and DEPLOYMENT_LABEL not in labels
+    return key == task_instance_key or (legacy and key == legacy_task_instance_key)
 
 
 def newest_job_of(
-    jobs: Iterable[Mapping[str, Any]], instance_key: str, legacy_key: str | None = None
+    jobs: Iterable[Mapping[str, Any]], task_instance_key: str, legacy_task_instance_key: str | None = None
 ) -> Mapping[str, Any] | None:
-    """The newest job labelled for the task instance of ``instance_key`` (a retry's replaces an earlier
-    try's); ``legacy_key`` also finds the instance's job made before the deployment label existed."""
-    mine = [job for job in jobs if _is_instances(_labels(job), instance_key, legacy_key)]
+    """The newest job labelled for the task instance of ``task_instance_key`` (a retry's replaces an
+    earlier try's); ``legacy_task_instance_key`` also finds the instance's job made before the deployment
+    label existed."""
+    mine = [job for job in jobs if _is_instances(_labels(job), task_instance_key, legacy_task_instance_key)]
     mine.sort(key=lambda job: str(_metadata(job).get("creationTimestamp") or ""))
     return mine[-1] if mine else None
 
@@ -305,7 +308,7 @@ def link_task_instances(
     for row in summaries:
         instance = row["task_instance"]
         keys = by_key if instance.get("deployment") else by_legacy_key
-        ti = keys.get(str(instance.get("key")))
+        ti = keys.get(str(instance.get("task_instance_key")))
         linked.append({**row, "task_instance": {**row["task_instance"], "run_id": ti[2] if ti else None}})
     return linked
 

@@ -1,5 +1,6 @@
-"""What the provider tells the deployment's metrics: Airflow's own ``Stats`` (StatsD, DogStatsD or
-OpenTelemetry, as ``[metrics]`` configures it), so the numbers land where the platform team already looks.
+"""Telemetry: what the provider tells the deployment about itself, through Airflow's own ``Stats``
+(StatsD, DogStatsD or OpenTelemetry, as ``[metrics]`` configures it), so the numbers land where the
+platform team already looks. (The trainer's own numbers are the training metrics, ``metrics.py``.)
 
 Metric names (Airflow prefixes them with ``[metrics] statsd_prefix``, ``airflow`` by default); the word
 after the last dot of a counter is its class, so plain StatsD, which drops tags, still tells them apart:
@@ -19,7 +20,7 @@ per triggerer process, like Airflow's own ``triggers.running``: with several tri
 ``Stats`` of the task SDK is the one providers are meant to use, but only a task process initialises it:
 the triggerer initialises Airflow core's copy. So this module initialises the SDK's once per process,
 from ``[metrics]``, as the OpenLineage provider does for its executor processes (none of the libraries
-offers "initialise unless done"). A metric must never fail the wait: every emission swallows its errors.
+offers "initialise unless done"). Telemetry must never fail the wait: every emission swallows its errors.
 """
 
 from __future__ import annotations
@@ -60,17 +61,17 @@ def _stats() -> Any:
     return Stats
 
 
-_failed_in: int | None = None  # the pid that already said its metrics fail (once per process, not per metric)
+_failed_in: int | None = None  # the pid that already said its telemetry fails (once per process, not per metric)
 
 
 def _emit(method: str, name: str, *args: Any, tags: Mapping[str, Any]) -> None:
     global _failed_in
     try:
         getattr(_stats(), method)(f"{PREFIX}.{name}", *args, tags={"hostname": socket.gethostname(), **tags})
-    except Exception:  # a metrics backend must never break the wait
+    except Exception:  # a telemetry backend must never break the wait
         if _failed_in != os.getpid():
             _failed_in = os.getpid()
-            log.warning("The provider's metrics cannot be sent (said once per process)", exc_info=True)
+            log.warning("The provider's telemetry cannot be sent (said once per process)", exc_info=True)
 
 
 def api_error(error_class: str, **tags: Any) -> None:

@@ -40,7 +40,7 @@ SUBMIT_DAG = """
 import pendulum
 from airflow.sdk import dag
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
-from airflow_provider_disttrain.parameters import PodOptions, RunPolicy
+from airflow_provider_disttrain.parameters import PodOptions, PyTorchOptions, RunPolicy
 
 @dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
 def submit():
@@ -54,8 +54,7 @@ def submit():
         num_workers=2,
         # One training process per pod: without it the training-operator sets "auto", and torchrun then
         # starts one per CPU where there is no GPU (two per pod on this machine).
-        nproc_per_node=1,
-        elastic_policy={elastic_policy!r},
+        pytorch_options=PyTorchOptions(nproc_per_node=1, elastic_policy={elastic_policy!r}),
         env={env!r},
         restart_policy="OnFailure",
         run_policy=RunPolicy(clean_pod_policy="None"),

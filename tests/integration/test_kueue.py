@@ -42,7 +42,7 @@ from airflow.sdk import dag
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
-from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain.parameters import MPIOptions, WaitPolicy
 
 @dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
 def pipeline():
@@ -60,7 +60,8 @@ TASKS = {
     "pytorch": "PyTorchJobOperator(task_id='train', image='busybox:1.36', command=['python', 'train.py'], "
     f"num_workers=1, gpus_per_replica=4, {COMMON})",
     "mpi": "MPIJobOperator(task_id='train', image='mpioperator/mpi-pi:openmpi', "
-    f"command=['mpirun', '/home/mpiuser/pi'], num_workers=2, slots_per_worker=4, gpus_per_replica=4, {COMMON})",
+    "command=['mpirun', '/home/mpiuser/pi'], num_workers=2, mpi_options=MPIOptions(slots_per_worker=4), "
+    f"gpus_per_replica=4, {COMMON})",
     "trainjob": "TrainJobOperator(task_id='train', runtime='torch-distributed', image='busybox:1.36', "
     f"command=['torchrun', 'train.py'], num_nodes=2, gpus_per_node=4, {COMMON})",
 }

@@ -12,6 +12,7 @@ MANAGE_DAG = '''
 import pendulum
 from airflow.sdk import chain, dag, task
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import PyTorchOptions
 from airflow_provider_disttrain.operators.manage import (
     DeleteTrainingJobOperator, ResumeTrainingJobOperator, ScaleTrainingJobOperator, SuspendTrainingJobOperator,
 )
@@ -49,7 +50,7 @@ def pipeline():
         image="busybox:1.36",
         command=["torchrun", "train.py"],
         num_workers=2,
-        elastic_policy={{"min_replicas": 1, "max_replicas": 4, "rdzv_backend": "c10d"}},
+        pytorch_options=PyTorchOptions(elastic_policy={{"min_replicas": 1, "max_replicas": 4, "rdzv_backend": "c10d"}}),
         annotations={annotations!r},
         wait_for_completion=False,
     )

@@ -14,7 +14,7 @@ from tests.integration.conftest import GpuPool, gpu_pool, unique_dag_id
 MPI_DAG = """
 import pendulum
 from airflow.sdk import dag
-from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
+from airflow_provider_disttrain.parameters import CleanupPolicy, MPIOptions, PodOptions, RunPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -24,7 +24,7 @@ def pipeline():
         image="mpioperator/mpi-pi:openmpi",
         command=["mpirun", "-n", "4", "/home/mpiuser/pi"],
         num_workers=2,
-        slots_per_worker=2,
+        mpi_options=MPIOptions(slots_per_worker=2),
         gpus_per_replica=2,
         deferrable={deferrable},
         pod_options={pod_options},

@@ -71,7 +71,7 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag
-from airflow_provider_disttrain.ownership.identity import JobIdentity, instance_key_of
+from airflow_provider_disttrain.ownership.identity import JobIdentity, task_instance_keys_of
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 
@@ -91,7 +91,7 @@ class WorkerDiesAfterTheJobSucceeded(PyTorchJobOperator):
 
     def identity(self, context):
         return LoggedIdentity(
-            self.hook, self.kind, instance_key_of(context["ti"]), context.get("task_state_store"), self.log,
+            self.hook, self.kind, task_instance_keys_of(context["ti"]), context.get("task_state_store"), self.log,
             try_number=context["ti"].try_number,
         )
 

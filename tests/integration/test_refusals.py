@@ -23,7 +23,7 @@ SSH_WORKER = {"name": "worker", "image": MPI_IMAGE, "command": ["/usr/sbin/sshd"
 REFUSED_DAG = """
 import pendulum
 from airflow.sdk import dag
-from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain.parameters import MPIOptions, WaitPolicy
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 
 
@@ -38,7 +38,7 @@ def pipeline():
         task_id="train",
         job_name="{job_name}",
         job_manifest={manifest!r},
-        slots_per_worker=1,
+        mpi_options=MPIOptions(slots_per_worker=1),
         deferrable={deferrable},
         wait_policy=WaitPolicy(poll_interval=1, startup_timeout=900),
     )
@@ -49,7 +49,7 @@ pipeline()
 BUILT_LEADER_DAG = """
 import pendulum
 from airflow.sdk import dag
-from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain.parameters import MPIOptions, WaitPolicy
 from airflow_provider_disttrain.operators.{module} import {operator}
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
@@ -104,7 +104,7 @@ XGBOOST = (
     [
         (
             "mpi_job.MPIJobOperator",
-            f"image={MPI_IMAGE!r}, command={MPI_LAUNCHER!r}, slots_per_worker=2,",
+            f"image={MPI_IMAGE!r}, command={MPI_LAUNCHER!r}, mpi_options=MPIOptions(slots_per_worker=2),",
             "mpiReplicaSpecs",
             "Launcher",
             "mpijobs",

@@ -3,6 +3,8 @@
 * ``FakeTrainingJobHook``: an in-memory stand-in for ``TrainingJobHook``'s public methods, for the
   operator, sensor and DAG-run tests. Jobs live in a dict; each ``get_job`` moves a job one step along
   the status progression the test scripted, the way the training-operator would between two polls.
+  It is the only fake of that hook (pods and their logs included); ``tests/unit/test_fakes.py`` checks
+  that its methods take the real hook's parameters.
 * ``InMemoryWatches``: the trigger's shared watch over the same in-memory jobs (the watch itself is
   tested against ``tests/unit/fake_apiserver.py``, a small API server speaking HTTP on loopback).
 * ``FakeTI`` and ``FakeStateStore``: the parts of the task context the operators read.
@@ -23,9 +25,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
+from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 from airflow_provider_disttrain.job.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, get_job_kind
-from airflow_provider_disttrain.kube.connection import ClusterConnection
-from airflow_provider_disttrain.utils import clock
 
 LOG = logging.getLogger(__name__)
 
@@ -159,6 +160,20 @@ def make_pod(
 
 
 LOG_START = "2024-05-01T10:00:01"  # the second every fake log line was written in
+LOG_START_NS = int(datetime.fromisoformat(f"{LOG_START}+00:00").timestamp()) * 10**9
+
+
+def log_stamp(nanoseconds: int) -> str:
+    """RFC 3339 with nine fraction digits, as the kubelet writes ``timestamps=true``."""
+    seconds, fraction = divmod(nanoseconds, 10**9)
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:09d}Z"
+
+
+def _log_lines(text: str) -> list[str]:
+    """Lines as the container runtime splits them: at newlines only (a ``\\r`` stays in its line)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
 
 OOM_KILLED = {"reason": "OOMKilled", "exitCode": 137, "startedAt": RUNNING_AT, "finishedAt": END}
 
@@ -218,6 +233,13 @@ class FakeTrainingJobHook:
 
     :param progression: statuses every job created through ``create_job`` goes through, one step per
         ``get_job``; the last one stays.
+
+    Pods are listed from ``pods`` (job name -> pods, selected by the kind's job-name label as the real
+    hook's selector does). Logs are served the way the kubelet serves its CRI log files: every line has
+    the time it was written, ``tail_lines``, then ``since_time`` (whole seconds) apply, ``timestamps``
+    prefixes RFC 3339 stamps and ``limit_bytes`` cuts the answer, possibly mid-line. Give a pod's log as
+    text in ``logs`` (and its restarted container's last run in ``previous_logs``), every line written
+    within ``LOG_START``'s second, or write it line by line with ``write_log``/``restart_container``.
     :param namespace: what ``default_namespace()`` answers (the connection's namespace).
     :param connection: what ``trigger_connection()`` answers.
     """
@@ -237,6 +259,9 @@ class FakeTrainingJobHook:
         self.pods: dict[str, list[dict[str, Any]]] = {}
         self.logs: dict[str, str] = {}
         self.previous_logs: dict[str, str] = {}  # the log of a restarted container's last run
+        # Logs written with write_log: pod -> one log per container run, each line with its time (ns).
+        self.log_runs: dict[str, list[list[tuple[int, str]]]] = {}
+        self.log_clock = LOG_START_NS
         self.events: list[dict[str, Any]] = []
         # TrainJob runtimes by (kind, name, namespace; "" for a cluster-wide ClusterTrainingRuntime).
         self.runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -253,6 +278,8 @@ class FakeTrainingJobHook:
         self.conflict_after_store = False  # the next create stores the job, then answers 409 (lost reply)
         self.delete_removes = True  # False: deleted jobs linger (finalizers) until forget()
         self.on_get: Any = None  # called with the get's number before each get_job
+        self.fail_list_pods: Exception | None = None  # raised by list_job_pods
+        self.fail_read_log: dict[str, Exception] = {}  # pod -> raised by read_pod_log
         self._uids = itertools.count(1)
         self._versions = itertools.count(1000)
 
@@ -285,6 +312,24 @@ class FakeTrainingJobHook:
 
     def forget(self, name: str, namespace: str = "default") -> None:
         self.jobs.pop((namespace, name), None)
+
+    def write_log(self, pod: str, *lines: str, at: int | None = None) -> None:
+        """Append lines to the pod's log; each gets its own time (1 µs apart) unless ``at`` (ns) stamps them
+        all alike (a burst)."""
+        runs = self.log_runs.setdefault(pod, self._text_log_runs(pod))
+        self.log_clock = max([self.log_clock, *(at for run in runs for at, _ in run)])  # after the text's lines
+        for line in lines:
+            self.log_clock = at if at is not None else self.log_clock + 1_000
+            runs[-1].append((self.log_clock, line))
+
+    def restart_container(self, pod: str) -> None:
+        """The pod's container restarts: a new log begins, the last one is what ``previous`` reads."""
+        self.log_runs.setdefault(pod, self._text_log_runs(pod)).append([])
+
+    def _text_log_runs(self, pod: str) -> list[list[tuple[int, str]]]:
+        """``previous_logs`` and ``logs`` as runs, line ``i`` written at ``LOG_START`` + ``i`` µs."""
+        texts = ([self.previous_logs[pod]] if pod in self.previous_logs else []) + [self.logs.get(pod, "")]
+        return [[(LOG_START_NS + index * 1_000, line) for index, line in enumerate(_log_lines(t))] for t in texts]
 
     def _record(self, method: str, *args: Any, **kwargs: Any) -> None:
         assert method in _API_METHODS
@@ -401,11 +446,8 @@ class FakeTrainingJobHook:
             raise found
         return copy.deepcopy(found)
 
-    def delete_and_wait(self, kind: Any, name: str, namespace: str, **kwargs: Any) -> bool:
-        """The real loop (``delete_job``, then ``get_job`` until gone) over the calls above."""
-        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-
-        return TrainingJobHook.delete_and_wait(self, kind, name, namespace, **kwargs)  # type: ignore[arg-type]
+    # The real loop (``delete_job``, then ``get_job`` until gone) over the calls above, with its own signature.
+    delete_and_wait = TrainingJobHook.delete_and_wait
 
     def get_training_runtime(self, runtime_kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """A runtime from ``runtimes``; a ClusterTrainingRuntime is found whatever the namespace."""
@@ -414,10 +456,12 @@ class FakeTrainingJobHook:
         runtime = self.runtimes.get((runtime_kind, name, scope))
         return copy.deepcopy(runtime) if runtime is not None else None
 
-    def list_job_pods(self, job_name: str, namespace: str, *, kind: Any = None) -> list[dict[str, Any]]:
+    def list_job_pods(self, job_name: str, namespace: str, *, kind: Any) -> list[dict[str, Any]]:
         """The job's pods that carry the kind's job-name label, as the real hook's label selector picks them."""
         self._record("list_job_pods", job_name, namespace)
-        label = get_job_kind(kind).pod_labels.job_name if kind is not None else JOB_NAME_LABEL
+        if self.fail_list_pods is not None:
+            raise self.fail_list_pods
+        label = get_job_kind(kind).pod_labels.job_name
         pods = [pod for pod in self.pods.get(job_name, []) if pod["metadata"].get("labels", {}).get(label) == job_name]
         return copy.deepcopy(pods)
 
@@ -433,15 +477,29 @@ class FakeTrainingJobHook:
         timestamps: bool = False,
         since_time: str | None = None,
     ) -> str:
-        """The log as the kubelet serves it; line ``i`` was written at ``LOG_START`` + ``i`` microseconds."""
-        self._record("read_pod_log", pod_name, namespace, container, tail_lines=tail_lines, previous=previous)
-        lines = (self.previous_logs if previous else self.logs).get(pod_name, "").splitlines(keepends=True)
-        stamped = [(f"{LOG_START}.{index:06d}000Z", line) for index, line in enumerate(lines)]
-        if tail_lines:
-            stamped = stamped[-tail_lines:]
-        if since_time is not None and since_time > f"{LOG_START}Z":  # every line is within LOG_START's second
-            stamped = []
-        return "".join(f"{at} {line}" if timestamps else line for at, line in stamped)
+        """The log as the kubelet serves it (see the class)."""
+        self._record(
+            "read_pod_log",
+            pod_name,
+            namespace,
+            container,
+            tail_lines=tail_lines,
+            previous=previous,
+            since_time=since_time,
+        )
+        if pod_name in self.fail_read_log:
+            raise self.fail_read_log[pod_name]
+        runs = self.log_runs.get(pod_name) or self._text_log_runs(pod_name)
+        if previous and len(runs) < 2:
+            return ""
+        entries = runs[-2] if previous else runs[-1]
+        if tail_lines is not None:
+            entries = entries[-tail_lines:]
+        if since_time is not None:
+            since = int(datetime.fromisoformat(since_time.replace("Z", "+00:00")).timestamp()) * 10**9
+            entries = [entry for entry in entries if entry[0] >= since]
+        text = "".join(f"{log_stamp(at) + ' ' if timestamps else ''}{line}\n" for at, line in entries)
+        return text.encode()[:limit_bytes].decode(errors="ignore") if limit_bytes is not None else text
 
     def list_warning_events(self, namespace: str, object_names: set[str]) -> list[dict[str, Any]]:
         self._record("list_warning_events", namespace, set(object_names))

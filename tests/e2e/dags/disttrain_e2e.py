@@ -26,7 +26,7 @@ import pendulum
 from airflow.sdk import DAG, Asset, dag, task
 
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
-from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
+from airflow_provider_disttrain.parameters import CleanupPolicy, PyTorchOptions, WaitPolicy
 
 RUN_SECONDS = "disttrain.test/run-seconds"
 EXIT_CODE = "disttrain.test/exit-code"
@@ -60,7 +60,7 @@ def fanout() -> None:
         deferrable=True,
         job_manifest=HELD,
         # One pod per job: 100 jobs fit the local cluster's 220 pod slots next to other tests' pods.
-        with_master=False,
+        pytorch_options=PyTorchOptions(with_master=False),
         annotations={RUN_SECONDS: "{{ dag_run.conf.get('run_seconds', 5) }}"},
         **COMMON,
     ).expand(args=shards())
@@ -156,7 +156,7 @@ def queues() -> None:
         return [["--shard", str(index)] for index in range(int(dag_run.conf.get("count", 2)))]
 
     shard_args = shards()
-    held = {"deferrable": True, "job_manifest": HELD, "with_master": False, **COMMON}
+    held = {"deferrable": True, "job_manifest": HELD, "pytorch_options": PyTorchOptions(with_master=False), **COMMON}
     PyTorchJobOperator.partial(task_id="train_default_queue", **held).expand(args=shard_args)
     PyTorchJobOperator.partial(task_id="train_training_queue", queue="training", **held).expand(args=shard_args)
 
@@ -165,7 +165,13 @@ def queues() -> None:
 COLLIDING_PREFIX = "disttrain_e2e_colliding_ids_whose_first_63_characters_are_equal"
 for team in ("a", "b"):
     with DAG(dag_id=f"{COLLIDING_PREFIX}_for_team_{team}", schedule=None, start_date=START, tags=["disttrain-e2e"]):
-        PyTorchJobOperator(task_id="train", deferrable=True, job_manifest=HELD, with_master=False, **COMMON)
+        PyTorchJobOperator(
+            task_id="train",
+            deferrable=True,
+            job_manifest=HELD,
+            pytorch_options=PyTorchOptions(with_master=False),
+            **COMMON,
+        )
 
 fanout()
 long_running()

@@ -13,7 +13,7 @@ from airflow_provider_disttrain.decorators.entrypoint import call_function
 from airflow_provider_disttrain.decorators.payload import ENTRYPOINT_MODULE, PAYLOAD_ENV, PayloadError
 from airflow_provider_disttrain.exceptions import TrainingJobError
 from airflow_provider_disttrain.job.kinds import get_job_kind
-from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain.parameters import MPIOptions, PyTorchOptions, WaitPolicy
 from tests.unit.fakes import FakeTrainingJobHook, make_context, make_pod, succeeded_status, with_hook
 from tests.unit.operators.test_training_job import trigger_event
 
@@ -21,7 +21,11 @@ JOB = "train-abc"
 
 
 @task.pytorch_job(
-    image="trainer:1", num_workers=2, nproc_per_node=4, job_name=JOB, wait_policy=WaitPolicy(poll_interval=0.01)
+    image="trainer:1",
+    num_workers=2,
+    pytorch_options=PyTorchOptions(nproc_per_node=4),
+    job_name=JOB,
+    wait_policy=WaitPolicy(poll_interval=0.01),
 )
 def train(dataset: str, epochs: int = 1, hyper: dict | None = None) -> dict:
     # comments are dropped from the shipped source
@@ -31,7 +35,11 @@ def train(dataset: str, epochs: int = 1, hyper: dict | None = None) -> dict:
 
 
 @task.mpi_job(
-    image="horovod:1", num_workers=2, slots_per_worker=2, job_name=JOB, wait_policy=WaitPolicy(poll_interval=0.01)
+    image="horovod:1",
+    num_workers=2,
+    mpi_options=MPIOptions(slots_per_worker=2),
+    job_name=JOB,
+    wait_policy=WaitPolicy(poll_interval=0.01),
 )
 def allreduce(values: list) -> float:
     return sum(values)
@@ -90,7 +98,9 @@ def test_pytorch_job_ships_the_function_runs_torchrun_and_returns_rank_0s_value(
 
 
 def test_mpi_job_runs_the_entrypoint_as_launcher_with_mpirun_arguments() -> None:
-    operator = allreduce.override(args=["--allow-run-as-root"], mpi_implementation="Intel")([1, 2.5]).operator
+    operator = allreduce.override(
+        args=["--allow-run-as-root"], mpi_options=MPIOptions(slots_per_worker=2, mpi_implementation="Intel")
+    )([1, 2.5]).operator
     hook = FakeTrainingJobHook(progression=[succeeded_status(leader="Launcher")])
     finished(hook, "launcher", "mpi", "3.5")
 
@@ -154,7 +164,7 @@ def test_arguments_over_the_environment_limit_are_refused_with_the_reason() -> N
     [
         ({"command": ["python", "train.py"]}, "command: @task.pytorch_job runs the decorated function"),
         ({"wait_for_completion": False}, "wait_for_completion: @task.pytorch_job waits"),
-        ({"nproc_per_node": 0}, "nproc_per_node: expected a positive integer"),  # the operator's own checks
+        ({"num_workers": 0}, "num_workers: expected an integer >= 1"),  # the operator's own checks
     ],
 )
 def test_bad_parameters_are_refused_when_the_dag_is_parsed(override: dict[str, Any], expected: str) -> None:

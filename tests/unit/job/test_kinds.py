@@ -63,7 +63,7 @@ def test_kind_matches_the_operators_crd(name):
 def test_every_kind_is_internally_consistent(kind):
     assert kind.worker_replica in kind.replica_types
     assert kind.leader_replica is None or kind.leader_replica in kind.replica_types
-    assert kind.builder.leader_replica is None or kind.builder.leader_replica in kind.replica_types
+    assert kind.built_leader is None or kind.built_leader in kind.replica_types
     if kind.replica_specs_key is not None:  # a TrainJob's restart policy is its runtime's
         assert kind.builder.restart_policy in kind.restart_policies
     else:
@@ -102,8 +102,8 @@ def test_pytorch_elastic_rendezvous_backends():
 
 
 @pytest.mark.parametrize(("name", "expected"), [("PyTorchJob", "Master"), ("MPIJob", "Launcher"), ("TFJob", None)])
-def test_builder_leader_replica(name, expected):
-    assert JOB_KINDS[name].builder.leader_replica == expected
+def test_built_leader(name, expected):
+    assert JOB_KINDS[name].built_leader == expected
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_a_job_kind_defaults_to_master_and_worker():
         replica_specs_key="demoReplicaSpecs",
         container_name="demo",
         leader_replica="Master",
-        builder=BuildDefaults(leader_replica="Master"),
+        builder=BuildDefaults(builds_leader=True),
     )
     assert kind.resource.api_version == "example.org/v1alpha1"
     assert kind.replica_types == frozenset({"Master", "Worker"})
@@ -220,7 +220,7 @@ def test_a_kind_added_to_the_table_alone_is_built_validated_submitted_and_waited
         resource=ApiResource("FakeJob", "fake.example.com", "v1alpha1", "fakejobs"),
         replica_specs_key="fakeReplicaSpecs",
         container_name="fake",
-        builder=replace(kinds.JOB_KINDS["PyTorchJob"].builder, leader_replica=None),
+        builder=replace(kinds.JOB_KINDS["PyTorchJob"].builder, builds_leader=False),
         leader_replica=None,
         replica_types=frozenset({"Worker"}),
     )

@@ -12,6 +12,7 @@ from airflow_provider_disttrain.job.kinds import JOB_KINDS
 from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest
 from airflow_provider_disttrain.manifest.validation import validate_manifest
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import PyTorchOptions
 
 MPI = JOB_KINDS["MPIJob"]
 PYTORCH = JOB_KINDS["PyTorchJob"]
@@ -109,7 +110,7 @@ def test_with_master_builds_a_master_beside_a_manifest_without_one() -> None:
         task_id="t",
         image=IMAGE,
         command=["python", "train.py"],
-        with_master=True,
+        pytorch_options=PyTorchOptions(with_master=True),
         job_manifest=worker_only("pytorchReplicaSpecs"),
     )
 
@@ -121,9 +122,11 @@ def test_with_master_builds_a_master_beside_a_manifest_without_one() -> None:
 
 def test_with_master_false_beside_a_manifest_with_a_master_is_an_error() -> None:
     manifest = {"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 1}}}}
-    operator = PyTorchJobOperator(task_id="t", image=IMAGE, with_master=False, job_manifest=manifest)
+    operator = PyTorchJobOperator(
+        task_id="t", image=IMAGE, pytorch_options=PyTorchOptions(with_master=False), job_manifest=manifest
+    )
 
     with pytest.raises(InvalidJobSpecError) as refused:
         operator.assemble_manifest()
 
-    assert refused.value.field == "with_master"
+    assert refused.value.field == "pytorch_options.with_master"

@@ -26,7 +26,7 @@ from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
-from airflow_provider_disttrain.parameters import PodOptions, RunPolicy
+from airflow_provider_disttrain.parameters import MPIOptions, PodOptions, PyTorchOptions, RunPolicy
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from tests.unit.conftest import read_yaml
 from tests.unit.fakes import FakeTrainingJobHook, make_context, with_hook
@@ -106,7 +106,12 @@ def hook_with_runtimes() -> FakeTrainingJobHook:
     return hook
 
 
-GROUPED = {"pod_options": PodOptions, "run_policy": RunPolicy}
+GROUPED = {
+    "pod_options": PodOptions,
+    "run_policy": RunPolicy,
+    "pytorch_options": PyTorchOptions,
+    "mpi_options": MPIOptions,
+}
 
 
 def operator(kind: str, **kwargs: Any) -> TrainingJobOperator:
@@ -403,10 +408,15 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
     (
         "elastic range inverted",
         PT,
-        {"elastic_policy": {"min_replicas": 4, "max_replicas": 2}},
+        {"pytorch_options": {"elastic_policy": {"min_replicas": 4, "max_replicas": 2}}},
         "spec.elasticPolicy.minReplicas",
     ),
-    ("mpi implementation in lower case", MPI, {"mpi_implementation": "openmpi"}, "mpi_implementation"),
+    (
+        "mpi implementation in lower case",
+        MPI,
+        {"mpi_options": {"mpi_implementation": "openmpi"}},
+        "mpi_options.mpi_implementation",
+    ),
     # -- TrainJob: its own parameters, and Kubeflow's example manifest changed ----------------------
     ("no nodes", TJ, {"num_nodes": 0}, "num_nodes"),
     ("gpus per node negative", TJ, {"gpus_per_node": -1}, "gpus_per_node"),

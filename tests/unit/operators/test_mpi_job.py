@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
 from airflow_provider_disttrain.job.kinds import JOB_ROLE_LABEL
 from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
-from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain.parameters import MPIOptions, WaitPolicy
 from tests.unit.fakes import (
     OOM_KILLED,
     FakeTrainingJobHook,
@@ -43,10 +43,12 @@ def test_runs_an_mpijob_with_a_launcher_and_ssh_workers() -> None:
 
     result = make_operator(
         hook,
-        slots_per_worker=2,
-        mpi_implementation="OpenMPI",
-        launcher_creation_policy="WaitForWorkersReady",
-        run_launcher_as_worker=False,
+        mpi_options=MPIOptions(
+            slots_per_worker=2,
+            mpi_implementation="OpenMPI",
+            launcher_creation_policy="WaitForWorkersReady",
+            run_launcher_as_worker=False,
+        ),
         replica_resources={"Worker": {"limits": {"nvidia.com/gpu": 2}}, "Launcher": {"limits": {"cpu": "1"}}},
     ).execute(make_context())
 
@@ -113,17 +115,31 @@ def test_an_mpijob_without_image_is_rejected_before_any_api_call() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "parameter"),
     [
-        ({"slots_per_worker": 0}, "slots_per_worker"),
-        ({"slots_per_worker": True}, "slots_per_worker"),
-        ({"slots_per_worker": "2"}, "slots_per_worker"),
-        ({"mpi_implementation": "X"}, "mpi_implementation"),
-        ({"launcher_creation_policy": "Eventually"}, "launcher_creation_policy"),
+        ({"mpi_options": {"slots_per_worker": 0}}, "mpi_options.slots_per_worker"),
+        ({"mpi_options": {"slots_per_worker": True}}, "mpi_options.slots_per_worker"),
+        ({"mpi_options": {"slots_per_worker": "2"}}, "mpi_options.slots_per_worker"),
+        ({"mpi_options": {"mpi_implementation": "X"}}, "mpi_options.mpi_implementation"),
+        ({"mpi_options": {"launcher_creation_policy": "Eventually"}}, "mpi_options.launcher_creation_policy"),
         ({"num_workers": 0}, "num_workers"),
     ],
 )
 def test_invalid_parameters_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], parameter: str) -> None:
     with pytest.raises(ValueError, match=rf"^{parameter}: "):
+        if "mpi_options" in kwargs:  # the value checks itself when it is made
+            kwargs = {"mpi_options": MPIOptions(**kwargs["mpi_options"])}
         MPIJobOperator(task_id="t", image="i", **kwargs)
+
+
+@pytest.mark.parametrize("name", ["slots_per_worker", "mpi_implementation", "launcher_creation_policy"])
+def test_a_flat_mpi_keyword_is_refused_naming_its_new_place(name: str) -> None:
+    """Issue 27: the MPI-only fields are one ``MPIOptions`` value; the old keyword says where it went."""
+    with pytest.raises(TypeError, match=rf"^MPIJobOperator: {name}: .*{name} is now mpi_options=MPIOptions\({name}="):
+        MPIJobOperator(task_id="t", image="i", **{name: 2})
+
+
+def test_mpi_options_must_be_an_mpioptions() -> None:
+    with pytest.raises(TypeError, match=r"^mpi_options: expected a MPIOptions, got dict"):
+        MPIJobOperator(task_id="t", image="i", mpi_options={"slots_per_worker": 2})
 
 
 def test_the_kind_is_mpijob_and_another_kind_is_refused_not_dropped() -> None:
@@ -135,14 +151,16 @@ def test_the_kind_is_mpijob_and_another_kind_is_refused_not_dropped() -> None:
 
 def test_the_mpi_choices_are_the_kinds_tables() -> None:
     """One list of allowed values: what the parameters accept is what the manifest validation accepts."""
+    from airflow_provider_disttrain import parameters as mpi_job
     from airflow_provider_disttrain.job.kinds import get_job_kind
-    from airflow_provider_disttrain.operators import mpi_job
 
     choices = dict(get_job_kind("MPIJob").spec_choices)
 
     assert tuple(sorted(choices["mpiImplementation"])) == mpi_job.MPI_IMPLEMENTATIONS
     assert tuple(sorted(choices["launcherCreationPolicy"])) == mpi_job.LAUNCHER_CREATION_POLICIES
     for value in choices["mpiImplementation"]:
-        assert MPIJobOperator(task_id="t", image="i", mpi_implementation=value).mpi_implementation == value
-    with pytest.raises(ValueError, match=r"^mpi_implementation: 'OpenMPI5' is not one of Intel, MPICH, OpenMPI"):
-        MPIJobOperator(task_id="t", image="i", mpi_implementation="OpenMPI5")
+        assert MPIOptions(mpi_implementation=value).mpi_implementation == value
+    with pytest.raises(
+        ValueError, match=r"^mpi_options.mpi_implementation: 'OpenMPI5' is not one of Intel, MPICH, OpenMPI"
+    ):
+        MPIOptions(mpi_implementation="OpenMPI5")

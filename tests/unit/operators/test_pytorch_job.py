@@ -8,7 +8,7 @@ import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator, elastic_policy_spec
-from airflow_provider_disttrain.parameters import PodOptions, RunPolicy, WaitPolicy
+from airflow_provider_disttrain.parameters import PodOptions, PyTorchOptions, RunPolicy, WaitPolicy
 from tests.unit.fakes import (
     OOM_KILLED,
     FakeTrainingJobHook,
@@ -36,9 +36,12 @@ def make_operator(hook: FakeTrainingJobHook, **kwargs: Any) -> PyTorchJobOperato
 def test_runs_a_pytorchjob_with_a_master_and_workers() -> None:
     hook = FakeTrainingJobHook(progression=[running_status(workers=2), succeeded_status(workers=2)])
 
-    result = make_operator(hook, nproc_per_node=4, gpus_per_replica=1, pod_options=PodOptions(shm_size="2Gi")).execute(
-        make_context()
-    )
+    result = make_operator(
+        hook,
+        pytorch_options=PyTorchOptions(nproc_per_node=4),
+        gpus_per_replica=1,
+        pod_options=PodOptions(shm_size="2Gi"),
+    ).execute(make_context())
 
     assert result["kind"] == "PyTorchJob"
     assert result["state"] == "succeeded"
@@ -62,7 +65,7 @@ def test_elastic_policy_accepts_snake_case_and_the_crds_keys() -> None:
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
     policy = {"min_replicas": 1, "maxReplicas": 4, "rdzv_backend": "c10d", "max_restarts": 3}
 
-    make_operator(hook, elastic_policy=policy).execute(make_context())
+    make_operator(hook, pytorch_options=PyTorchOptions(elastic_policy=policy)).execute(make_context())
 
     assert hook.submitted_manifest()["spec"]["elasticPolicy"] == {
         "minReplicas": 1,
@@ -76,7 +79,9 @@ def test_elastic_policy_accepts_snake_case_and_the_crds_keys() -> None:
 def test_the_pytorch_fields_are_merged_with_the_run_policy() -> None:
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
 
-    make_operator(hook, nproc_per_node="auto", run_policy=RunPolicy(suspend=False)).execute(make_context())
+    make_operator(
+        hook, pytorch_options=PyTorchOptions(nproc_per_node="auto"), run_policy=RunPolicy(suspend=False)
+    ).execute(make_context())
 
     spec = hook.submitted_manifest()["spec"]
     assert spec["nprocPerNode"] == "auto"
@@ -101,7 +106,9 @@ def test_an_invalid_rendezvous_backend_is_rejected_before_any_api_call() -> None
     hook = FakeTrainingJobHook()
 
     with pytest.raises(InvalidJobSpecError) as raised:
-        make_operator(hook, elastic_policy={"rdzv_backend": "zookeeper"}).execute(make_context())
+        make_operator(hook, pytorch_options=PyTorchOptions(elastic_policy={"rdzv_backend": "zookeeper"})).execute(
+            make_context()
+        )
 
     assert raised.value.field == "spec.elasticPolicy.rdzvBackend"
     assert hook.calls == []
@@ -111,9 +118,9 @@ def test_workers_outside_the_elastic_range_are_rejected_before_any_api_call() ->
     hook = FakeTrainingJobHook()
 
     with pytest.raises(InvalidJobSpecError) as raised:
-        make_operator(hook, num_workers=8, elastic_policy={"min_replicas": 1, "max_replicas": 4}).execute(
-            make_context()
-        )
+        make_operator(
+            hook, num_workers=8, pytorch_options=PyTorchOptions(elastic_policy={"min_replicas": 1, "max_replicas": 4})
+        ).execute(make_context())
 
     assert raised.value.field == "spec.pytorchReplicaSpecs.Worker.replicas"
     assert hook.calls == []
@@ -121,18 +128,27 @@ def test_workers_outside_the_elastic_range_are_rejected_before_any_api_call() ->
 
 @pytest.mark.parametrize("value", [-1, 0, True, "fast", "0", 2.5])
 def test_nproc_per_node_must_be_positive_or_a_keyword(value: Any) -> None:
-    with pytest.raises(ValueError, match=r"^nproc_per_node: "):
-        PyTorchJobOperator(task_id="t", image="i", nproc_per_node=value)
+    with pytest.raises(ValueError, match=r"^pytorch_options.nproc_per_node: "):
+        PyTorchOptions(nproc_per_node=value)
 
 
 @pytest.mark.parametrize("value", [1, "8", "auto", "cpu", "gpu"])
 def test_nproc_per_node_accepts(value: Any) -> None:
-    assert PyTorchJobOperator(task_id="t", image="i", nproc_per_node=value).nproc_per_node == value
+    options = PyTorchOptions(nproc_per_node=value)
+    assert PyTorchJobOperator(task_id="t", image="i", pytorch_options=options).pytorch_options.nproc_per_node == value
 
 
 def test_elastic_policy_with_an_unknown_key_is_rejected() -> None:
-    with pytest.raises(ValueError, match=r"^elastic_policy: unknown keys \['min_workers'\]"):
-        PyTorchJobOperator(task_id="t", image="i", elastic_policy={"min_workers": 1})
+    with pytest.raises(ValueError, match=r"^pytorch_options.elastic_policy: unknown keys \['min_workers'\]"):
+        PyTorchOptions(elastic_policy={"min_workers": 1})
+
+
+@pytest.mark.parametrize("name", ["nproc_per_node", "elastic_policy", "with_master"])
+def test_a_flat_pytorch_keyword_is_refused_naming_its_new_place(name: str) -> None:
+    """Issue 27: the PyTorchJob's own fields are one ``PyTorchOptions`` value; the old keyword says where."""
+    expected = rf"^PyTorchJobOperator: {name}: .*{name} is now pytorch_options=PyTorchOptions\({name}="
+    with pytest.raises(TypeError, match=expected):
+        PyTorchJobOperator(task_id="t", image="i", **{name: None})
 
 
 def worker_env(manifest: dict[str, Any]) -> dict[str, str]:
@@ -145,7 +161,9 @@ def test_an_elastic_c10d_job_does_not_share_the_rendezvous_store_with_its_traini
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
     policy = {"min_replicas": 2, "max_replicas": 3, "rdzv_backend": "c10d"}
 
-    make_operator(hook, elastic_policy=policy, env={"LOGLEVEL": "INFO"}).execute(make_context())
+    make_operator(hook, pytorch_options=PyTorchOptions(elastic_policy=policy), env={"LOGLEVEL": "INFO"}).execute(
+        make_context()
+    )
 
     assert worker_env(hook.submitted_manifest()) == {"LOGLEVEL": "INFO", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
@@ -153,10 +171,19 @@ def test_an_elastic_c10d_job_does_not_share_the_rendezvous_store_with_its_traini
 def test_the_store_variable_the_dag_sets_wins_and_only_elastic_c10d_jobs_get_it() -> None:
     kept = FakeTrainingJobHook(progression=[succeeded_status()])
     policy = {"min_replicas": 2, "max_replicas": 3, "rdzv_backend": "c10d"}
-    make_operator(kept, elastic_policy=policy, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}).execute(make_context())
+    make_operator(
+        kept, pytorch_options=PyTorchOptions(elastic_policy=policy), env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}
+    ).execute(make_context())
     assert worker_env(kept.submitted_manifest()) == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}
 
-    for other in ({}, {"elastic_policy": {"min_replicas": 2, "max_replicas": 3, "rdzv_backend": "etcd-v2"}}):
+    for other in (
+        {},
+        {
+            "pytorch_options": PyTorchOptions(
+                elastic_policy={"min_replicas": 2, "max_replicas": 3, "rdzv_backend": "etcd-v2"}
+            )
+        },
+    ):
         hook = FakeTrainingJobHook(progression=[succeeded_status()])
         make_operator(hook, **other).execute(make_context())
         assert worker_env(hook.submitted_manifest()) == {}

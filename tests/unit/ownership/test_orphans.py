@@ -15,8 +15,8 @@ from airflow_provider_disttrain.ownership.orphans import (
     Action,
     JobOwner,
     find_task_instance,
+    job_owner,
     judge,
-    owner_of,
     task_state_name,
 )
 from tests.unit.fakes import make_job, running_status, succeeded_status, suspended_status
@@ -39,15 +39,15 @@ def test_the_owner_comes_from_the_labels_the_operators_put_on_every_job() -> Non
     expected_key = task_instance_key("nightly", "train", RUN_ID, 7)
     deployment = deployment_label_value(DEFAULT_DEPLOYMENT_ID)
 
-    assert owner_of(labelled_job(map_index=7)) == JobOwner("nightly", "train", 7, expected_key, deployment)
-    assert owner_of(labelled_job()) == JobOwner(
+    assert job_owner(labelled_job(map_index=7)) == JobOwner("nightly", "train", 7, expected_key, deployment)
+    assert job_owner(labelled_job()) == JobOwner(
         "nightly", "train", -1, task_instance_key("nightly", "train", RUN_ID, -1), deployment
     )
-    assert owner_of(make_job(labels={"app": "not-ours"})) is None
+    assert job_owner(make_job(labels={"app": "not-ours"})) is None
 
 
 def test_the_run_id_is_recovered_through_the_task_instance_hash_not_the_sanitized_label() -> None:
-    owner = owner_of(labelled_job(map_index=3))
+    owner = job_owner(labelled_job(map_index=3))
     assert owner is not None
     # get_task_states' answer for dag "nightly", task "train": one dict per run, mapped ones as train_<i>.
     states = {
@@ -141,7 +141,7 @@ def test_a_job_submitted_without_waiting_is_never_its_submitters_orphan() -> Non
 
 @pytest.mark.parametrize("dag_id", ["nightly_" + "x" * 60, "_etl", "données"])
 def test_dag_ids_the_labels_cannot_hold_are_read_from_the_annotations(dag_id: str) -> None:
-    owner = owner_of(annotated_job(dag_id, running_status()))
+    owner = job_owner(annotated_job(dag_id, running_status()))
 
     assert owner is not None and owner.dag_id == dag_id
     assert find_task_instance(owner, {RUN_ID: {"train": "failed"}}) == (RUN_ID, "failed")
@@ -152,7 +152,7 @@ def test_a_job_without_the_annotations_is_read_from_its_labels() -> None:
     job = labelled_job(running_status())
     job["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
 
-    owner = owner_of(job)
+    owner = job_owner(job)
 
     assert owner is not None and (owner.dag_id, owner.task_id) == ("nightly", "train")
     assert judge(job, (RUN_ID, "failed"), NOW, GRACE).action is Action.MARK

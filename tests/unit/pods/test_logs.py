@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timezone
 
 import pytest
 
 import airflow_provider_disttrain.pods.logs as logs_module
-from airflow_provider_disttrain.job.kinds import JOB_KINDS
+from airflow_provider_disttrain.job.kinds import JOB_KINDS, JOB_NAME_LABEL
 from airflow_provider_disttrain.pods.logs import (
     ALL,
     LEADER,
@@ -20,6 +19,7 @@ from airflow_provider_disttrain.pods.logs import (
     log_targets,
     validate_log_replicas,
 )
+from tests.unit.fakes import LOG_START_NS, FakeTrainingJobHook
 
 PYTORCH = JOB_KINDS["PyTorchJob"]
 MPI = JOB_KINDS["MPIJob"]
@@ -210,83 +210,37 @@ class RecordingLogger:
         self.warnings.append(message % args)
 
 
-class FakeHook:
-    """Stands in for TrainingJobHook, serving each pod's log the way the kubelet does (CRI log files).
-
-    Every line carries the time it was written (nanoseconds); ``read_pod_log`` applies ``tail_lines``,
-    then ``since_time`` (RFC 3339, whole seconds, as the API server passes it on), prefixes RFC 3339
-    timestamps with nine fraction digits when ``timestamps`` is set, and cuts the answer at
-    ``limit_bytes``, possibly mid-line. A restarted container starts a new log; ``previous`` reads the
-    one before. Calls are recorded; errors on demand.
-    """
-
-    def __init__(self, pods: Sequence[dict], logs: dict[str, str] | None = None) -> None:
-        self.pods = list(pods)
-        self.files: dict[str, list[list[tuple[int, str]]]] = {}  # pod -> one log per container run
-        self.clock = T0
-        self.list_calls: list[tuple[str, str]] = []
-        self.read_calls: list[tuple[str, str, str | None]] = []
-        self.read_options: list[dict] = []
-        self.fail_list: Exception | None = None
-        self.fail_read: dict[str, Exception] = {}
-        for pod, text in (logs or {}).items():
-            # Lines end at newlines only, as the container runtime splits them (a '\r' stays in its line).
-            lines = text.split("\n")
-            self.write(pod, *(lines[:-1] if lines[-1] == "" else lines))
-
-    def write(self, pod: str, *lines: str, at: int | None = None) -> None:
-        """Append lines; each gets its own time unless ``at`` stamps them all alike (a burst)."""
-        runs = self.files.setdefault(pod, [[]])
-        for line in lines:
-            self.clock = at if at is not None else self.clock + 1_000  # 1 µs apart
-            runs[-1].append((self.clock, line))
-
-    def restart(self, pod: str) -> None:
-        self.files.setdefault(pod, [[]]).append([])
-
-    def list_job_pods(self, job_name: str, namespace: str, *, kind: object = None) -> list[dict]:
-        self.list_calls.append((job_name, namespace))
-        if self.fail_list:
-            raise self.fail_list
-        return self.pods
-
-    def read_pod_log(
-        self,
-        pod_name: str,
-        namespace: str,
-        container: str | None = None,
-        *,
-        tail_lines: int | None = None,
-        limit_bytes: int | None = None,
-        previous: bool = False,
-        timestamps: bool = False,
-        since_time: str | None = None,
-    ) -> str:
-        self.read_calls.append((pod_name, namespace, container))
-        self.read_options.append({"tail_lines": tail_lines, "since_time": since_time, "previous": previous})
-        if pod_name in self.fail_read:
-            raise self.fail_read[pod_name]
-        runs = self.files.get(pod_name, [[]])
-        if previous and len(runs) < 2:
-            return ""
-        entries = runs[-2] if previous else runs[-1]
-        if tail_lines is not None:
-            entries = entries[-tail_lines:]
-        if since_time is not None:
-            since = int(datetime.fromisoformat(since_time.replace("Z", "+00:00")).timestamp()) * 10**9
-            entries = [entry for entry in entries if entry[0] >= since]
-        text = "".join(f"{stamp(at) + ' ' if timestamps else ''}{line}\n" for at, line in entries)
-        data = text.encode()
-        return data[:limit_bytes].decode(errors="ignore") if limit_bytes is not None else text
+def log_hook(pods: Sequence[dict], logs: dict[str, str] | None = None) -> FakeTrainingJobHook:
+    """The one fake of ``TrainingJobHook`` (tests/unit/fakes.py), listing ``pods`` under their job-name label
+    and serving each pod's log as the kubelet does (CRI log files, one timestamp per line)."""
+    hook = FakeTrainingJobHook()
+    for pod in pods:
+        hook.pods.setdefault(pod["metadata"]["labels"][JOB_NAME_LABEL], []).append(pod)
+    for pod_name, text in (logs or {}).items():
+        lines = text.split("\n")  # at newlines only, as the container runtime splits them
+        hook.write_log(pod_name, *(lines[:-1] if lines[-1] == "" else lines))
+    return hook
 
 
-T0 = int(datetime(2024, 5, 14, 9, 15, tzinfo=timezone.utc).timestamp()) * 10**9
+def set_pods(hook: FakeTrainingJobHook, pods: Sequence[dict]) -> None:
+    hook.pods = {}
+    for pod in pods:
+        hook.pods.setdefault(pod["metadata"]["labels"][JOB_NAME_LABEL], []).append(pod)
 
 
-def stamp(nanoseconds: int) -> str:
-    """RFC 3339 with nine fraction digits, as the kubelet writes ``timestamps=true``."""
-    seconds, fraction = divmod(nanoseconds, 10**9)
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:09d}Z"
+def list_calls(hook: FakeTrainingJobHook) -> list[tuple[str, str]]:
+    return [args for args, _ in hook.called("list_job_pods")]
+
+
+def read_calls(hook: FakeTrainingJobHook) -> list[tuple[str, str, str | None]]:
+    return [args for args, _ in hook.called("read_pod_log")]
+
+
+def read_options(hook: FakeTrainingJobHook) -> list[dict]:
+    return [options for _, options in hook.called("read_pod_log")]
+
+
+T0 = LOG_START_NS
 
 
 @pytest.fixture
@@ -294,12 +248,12 @@ def logger() -> RecordingLogger:
     return RecordingLogger()
 
 
-def forwarder(hook: FakeHook, logger: RecordingLogger, log_replicas=LEADER) -> LogForwarder:
+def forwarder(hook: FakeTrainingJobHook, logger: RecordingLogger, log_replicas=LEADER) -> LogForwarder:
     return LogForwarder(hook, PYTORCH, "mnist", "kubeflow", log_replicas, logger)
 
 
 def test_the_first_call_emits_the_whole_log_prefixed_with_the_pod(logger):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "Using CUDA\nTrain Epoch: 1 [0/60000 (0%)]\tloss: 2.3000\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "Using CUDA\nTrain Epoch: 1 [0/60000 (0%)]\tloss: 2.3000\n"})
 
     emitted = forwarder(hook, logger).forward()
 
@@ -308,16 +262,16 @@ def test_the_first_call_emits_the_whole_log_prefixed_with_the_pod(logger):
         "[mnist-master-0] Using CUDA",
         "[mnist-master-0] Train Epoch: 1 [0/60000 (0%)]\tloss: 2.3000",
     ]
-    assert hook.list_calls == [("mnist", "kubeflow")]
-    assert hook.read_calls == [("mnist-master-0", "kubeflow", "pytorch")]
+    assert list_calls(hook) == [("mnist", "kubeflow")]
+    assert read_calls(hook) == [("mnist-master-0", "kubeflow", "pytorch")]
 
 
 def test_later_calls_emit_only_the_new_lines(logger):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "line 1\nline 2\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "line 1\nline 2\n"})
     logs = forwarder(hook, logger)
     logs.forward()
 
-    hook.write("mnist-master-0", "line 3", "line 4")
+    hook.write_log("mnist-master-0", "line 3", "line 4")
     assert logs.forward() == 2
     assert logs.forward() == 0
 
@@ -325,12 +279,12 @@ def test_later_calls_emit_only_the_new_lines(logger):
 
 
 def test_each_pod_is_tracked_on_its_own(logger):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "m1\n", "mnist-worker-0": "w1\nw2\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "m1\n", "mnist-worker-0": "w1\nw2\n"})
     logs = forwarder(hook, logger, ALL)
 
     assert logs.forward() == 3
-    hook.write("mnist-worker-1", "late starter")
-    hook.write("mnist-master-0", "m2")
+    hook.write_log("mnist-worker-1", "late starter")
+    hook.write_log("mnist-master-0", "m2")
     assert logs.forward() == 2
 
     assert logger.infos == [
@@ -352,15 +306,15 @@ def restarted(pods: Sequence[dict], pod_name: str, restarts: int) -> list[dict]:
 
 
 def test_a_restarted_container_s_new_log_is_emitted_from_its_start(logger):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "a\nb\nc\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "a\nb\nc\n"})
     logs = forwarder(hook, logger)
     logs.forward()
 
-    hook.restart("mnist-master-0")
-    hook.write("mnist-master-0", "fresh start")
-    hook.pods = restarted(PYTORCH_PODS, "mnist-master-0", 1)
+    hook.restart_container("mnist-master-0")
+    hook.write_log("mnist-master-0", "fresh start")
+    set_pods(hook, restarted(PYTORCH_PODS, "mnist-master-0", 1))
     assert logs.forward() == 1
-    hook.write("mnist-master-0", "x", "y", "z")
+    hook.write_log("mnist-master-0", "x", "y", "z")
     assert logs.forward() == 3
 
     assert logger.infos == [f"[mnist-master-0] {line}" for line in ("a", "b", "c", "fresh start", "x", "y", "z")]
@@ -368,14 +322,14 @@ def test_a_restarted_container_s_new_log_is_emitted_from_its_start(logger):
 
 def test_what_a_container_wrote_before_it_restarted_is_not_lost(logger):
     """Lines written between a poll and a crash are only in the previous container's log."""
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "epoch 1\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "epoch 1\n"})
     logs = forwarder(hook, logger)
     logs.forward()
 
-    hook.write("mnist-master-0", "epoch 2", "Traceback (most recent call last):", "RuntimeError: NCCL timeout")
-    hook.restart("mnist-master-0")
-    hook.write("mnist-master-0", "resuming from checkpoint")
-    hook.pods = restarted(PYTORCH_PODS, "mnist-master-0", 1)
+    hook.write_log("mnist-master-0", "epoch 2", "Traceback (most recent call last):", "RuntimeError: NCCL timeout")
+    hook.restart_container("mnist-master-0")
+    hook.write_log("mnist-master-0", "resuming from checkpoint")
+    set_pods(hook, restarted(PYTORCH_PODS, "mnist-master-0", 1))
 
     assert logs.forward() == 4
     assert logger.infos == [
@@ -390,12 +344,12 @@ def test_what_a_container_wrote_before_it_restarted_is_not_lost(logger):
 def test_a_log_longer_than_the_window_is_still_followed(logger):
     """The first read takes the last LOG_WINDOW_LINES lines; every line written after it comes."""
     window = logs_module.LOG_WINDOW_LINES
-    hook = FakeHook(PYTORCH_PODS)
-    hook.write("mnist-master-0", *(f"old {i}" for i in range(window + 10)))
+    hook = log_hook(PYTORCH_PODS)
+    hook.write_log("mnist-master-0", *(f"old {i}" for i in range(window + 10)))
     logs = forwarder(hook, logger)
     assert logs.forward() == window
 
-    hook.write("mnist-master-0", *(f"step {i}" for i in range(window + 50)))
+    hook.write_log("mnist-master-0", *(f"step {i}" for i in range(window + 50)))
 
     assert logs.forward() == window + 50
     assert logger.infos[-(window + 50) :] == [f"[mnist-master-0] step {i}" for i in range(window + 50)]
@@ -405,13 +359,13 @@ def test_a_log_longer_than_the_window_is_still_followed(logger):
 
 
 def test_a_line_repeated_later_does_not_hide_what_came_between(logger):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "start\nheartbeat\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "start\nheartbeat\n"})
     logs = forwarder(hook, logger)
     logs.forward()
-    hook.write("mnist-master-0", "heartbeat")
+    hook.write_log("mnist-master-0", "heartbeat")
     logs.forward()  # one new line, the same text as an earlier one
 
-    hook.write("mnist-master-0", "loss=0.31", "loss=0.29", "heartbeat")
+    hook.write_log("mnist-master-0", "loss=0.31", "loss=0.29", "heartbeat")
 
     assert logs.forward() == 3
     assert logger.infos[-3:] == [
@@ -422,11 +376,11 @@ def test_a_line_repeated_later_does_not_hide_what_came_between(logger):
 
 
 def test_a_window_ending_in_identical_lines_keeps_what_lies_between(logger):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "go\n.\n.\n.\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "go\n.\n.\n.\n"})
     logs = forwarder(hook, logger)
     logs.forward()
 
-    hook.write("mnist-master-0", "checkpoint saved", ".", ".", ".")
+    hook.write_log("mnist-master-0", "checkpoint saved", ".", ".", ".")
 
     assert logs.forward() == 4
     assert logger.infos[-4:] == ["[mnist-master-0] checkpoint saved"] + ["[mnist-master-0] ."] * 3
@@ -434,14 +388,14 @@ def test_a_window_ending_in_identical_lines_keeps_what_lies_between(logger):
 
 def test_identical_lines_sharing_a_timestamp_across_polls_are_each_emitted_once(logger):
     """A burst written in one instant, read partly before a poll and partly after it."""
-    hook = FakeHook(PYTORCH_PODS)
+    hook = log_hook(PYTORCH_PODS)
     instant = T0 + 5 * 10**9
-    hook.write("mnist-master-0", "rank 0 ready", "rank 1 ready", at=instant)
+    hook.write_log("mnist-master-0", "rank 0 ready", "rank 1 ready", at=instant)
     logs = forwarder(hook, logger)
     assert logs.forward() == 2
 
-    hook.write("mnist-master-0", "rank 1 ready", "rank 2 ready", at=instant)
-    hook.write("mnist-master-0", "all ranks ready")
+    hook.write_log("mnist-master-0", "rank 1 ready", "rank 2 ready", at=instant)
+    hook.write_log("mnist-master-0", "all ranks ready")
 
     assert logs.forward() == 3
     assert logger.infos == [
@@ -455,12 +409,12 @@ def test_identical_lines_sharing_a_timestamp_across_polls_are_each_emitted_once(
 
 def test_a_burst_bigger_than_one_read_is_caught_up_over_polls_without_a_gap(logger, monkeypatch):
     monkeypatch.setattr(logs_module, "LOG_READ_BYTES", 4096)
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "begin\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "begin\n"})
     logs = forwarder(hook, logger)
     logs.forward()
 
     burst = [f"batch {i:05d} loss={1 / (i + 1):.6f}" for i in range(2000)]  # ~150 kB
-    hook.write("mnist-master-0", *burst)
+    hook.write_log("mnist-master-0", *burst)
     for _ in range(200):
         if not logs.forward():
             break
@@ -471,11 +425,11 @@ def test_a_burst_bigger_than_one_read_is_caught_up_over_polls_without_a_gap(logg
 def test_a_burst_within_one_second_bigger_than_one_read_still_advances(logger, monkeypatch):
     """``since_time`` has whole seconds: a read can return only lines already emitted; it reads more."""
     monkeypatch.setattr(logs_module, "LOG_READ_BYTES", 2048)
-    hook = FakeHook(PYTORCH_PODS)
+    hook = log_hook(PYTORCH_PODS)
     second = T0 + 7 * 10**9
     burst = [f"token {i:04d}" for i in range(1000)]
     for i, line in enumerate(burst):
-        hook.write("mnist-master-0", line, at=second + i)
+        hook.write_log("mnist-master-0", line, at=second + i)
     logs = forwarder(hook, logger)
     for _ in range(100):
         if not logs.forward() and len(logger.infos) == len(burst):
@@ -485,30 +439,30 @@ def test_a_burst_within_one_second_bigger_than_one_read_still_advances(logger, m
 
 
 def test_pods_passed_in_are_used_without_listing(logger):
-    hook = FakeHook([], {"mnist-master-0": "hello\n"})
+    hook = log_hook([], {"mnist-master-0": "hello\n"})
 
     assert forwarder(hook, logger).forward(PYTORCH_PODS) == 1
-    assert hook.list_calls == []
+    assert list_calls(hook) == []
 
 
 def test_none_reads_nothing(logger):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "hello\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "hello\n"})
 
     assert forwarder(hook, logger, NONE).forward() == 0
-    assert hook.list_calls == []
-    assert hook.read_calls == []
+    assert list_calls(hook) == []
+    assert read_calls(hook) == []
     assert logger.infos == []
 
 
 def test_an_empty_log_emits_nothing(logger):
-    hook = FakeHook(PYTORCH_PODS, {})
+    hook = log_hook(PYTORCH_PODS, {})
     assert forwarder(hook, logger).forward() == 0
     assert logger.infos == []
 
 
 def test_listing_pods_failing_is_logged_not_raised(logger):
-    hook = FakeHook(PYTORCH_PODS, {})
-    hook.fail_list = ConnectionError("connection refused")
+    hook = log_hook(PYTORCH_PODS, {})
+    hook.fail_list_pods = ConnectionError("connection refused")
 
     assert forwarder(hook, logger).forward() == 0
 
@@ -518,8 +472,8 @@ def test_listing_pods_failing_is_logged_not_raised(logger):
 
 
 def test_reading_a_log_failing_is_logged_not_raised_and_keeps_earlier_lines(logger):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "m1\nm2\n"})
-    hook.fail_read["mnist-worker-0"] = RuntimeError("(500) Internal Server Error")
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "m1\nm2\n"})
+    hook.fail_read_log["mnist-worker-0"] = RuntimeError("(500) Internal Server Error")
     logs = forwarder(hook, logger, ALL)
 
     assert logs.forward() == 2
@@ -528,14 +482,14 @@ def test_reading_a_log_failing_is_logged_not_raised_and_keeps_earlier_lines(logg
     assert "Internal Server Error" in logger.warnings[0]
 
     # Once the API recovers, nothing is repeated and the rest is caught up.
-    hook.fail_read.clear()
-    hook.write("mnist-worker-0", "w1")
+    hook.fail_read_log.clear()
+    hook.write_log("mnist-worker-0", "w1")
     assert logs.forward() == 1
     assert logger.infos[-1] == "[mnist-worker-0] w1"
 
 
 def test_a_logger_from_the_logging_module_works(caplog):
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": "epoch 1 done\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": "epoch 1 done\n"})
     with caplog.at_level(logging.INFO, logger="disttrain.test"):
         LogForwarder(hook, PYTORCH, "mnist", "kubeflow", LEADER, logging.getLogger("disttrain.test")).forward()
 
@@ -570,11 +524,11 @@ def test_printable_cuts_a_line_too_long_for_the_task_log() -> None:
 
 def test_a_progress_bar_and_terminal_codes_reach_the_task_log_once_and_clean(logger):
     bar = "".join(f"\r\x1b[32m{percent:3d}%\x1b[0m" for percent in range(0, 101, 10))
-    hook = FakeHook(PYTORCH_PODS, {"mnist-master-0": f"start\n{bar}\n"})
+    hook = log_hook(PYTORCH_PODS, {"mnist-master-0": f"start\n{bar}\n"})
     logs = forwarder(hook, logger)
 
     logs.forward()
-    hook.write("mnist-master-0", "end")
+    hook.write_log("mnist-master-0", "end")
     logs.forward()
 
     assert logger.infos == ["[mnist-master-0] start", "[mnist-master-0] 100%", "[mnist-master-0] end"]

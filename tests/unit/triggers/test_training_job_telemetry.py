@@ -1,4 +1,4 @@
-"""What a waiting trigger tells the deployment's metrics, received by a StatsD server on loopback: the
+"""The telemetry a waiting trigger sends the deployment, received by a StatsD server on loopback: the
 job's state and the GPUs its pods hold while it is waited for, and the watch's breaks by error class.
 
 The trigger runs for real against the fake API server (see test_training_job.py), on virtual time.
