@@ -6,7 +6,6 @@ of one configuration reattaches to that configuration's job and no other).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pendulum
@@ -14,7 +13,7 @@ from airflow.sdk import dag, task
 
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
 
-IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
+IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
 CONFIGURATIONS = [
     {"learning_rate": 0.1, "batch_size": 64},
     {"learning_rate": 0.01, "batch_size": 64},

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "example_dags"
 EXPECTED = {
@@ -124,3 +129,62 @@ def test_the_retraining_examples_pods_meet_the_restricted_pod_security_profile()
         assert container["image"] == train.image
         assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
         assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/mnt/shared", "/dev/shm"}
+
+
+def test_the_examples_read_no_environment_of_their_own() -> None:
+    """What differs between deployments (images, storage, queues) is not plumbed through the examples' own
+    environment variables: they read as a user copies them, and the local deployments fit them to the
+    local cluster through a cluster policy (dev/airflow/airflow_local_settings.py)."""
+    sources = {path.name: path.read_text() for path in EXAMPLES_DIR.glob("*.py")}
+
+    assert {name for name, source in sources.items() if "DISTTRAIN_" in source or "os.environ.get" in source} == set()
+
+
+def _local_settings() -> Any:
+    import importlib.util
+
+    path = EXAMPLES_DIR.parent / "dev" / "airflow" / "airflow_local_settings.py"
+    spec = importlib.util.spec_from_file_location("disttrain_dev_local_settings_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_local_deployments_policy_points_the_examples_python_tasks_at_the_hosts_view_of_the_volume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("DISTTRAIN_SHARED_STORAGE", str(tmp_path))
+    bag = DagBag(str(EXAMPLES_DIR / "retraining_pipeline.py"))
+    pipeline, ingest = bag.dags["disttrain_retraining_pipeline"], bag.dags["disttrain_ingest_data"]
+    policy = _local_settings()
+    for task in [*pipeline.tasks, *ingest.tasks]:
+        policy.task_policy(task)
+
+    data = pipeline.get_task("prepare_data").python_callable(run_id="manual__1")
+    ingest.get_task("land_snapshot").python_callable(run_id="manual__1")
+
+    # The worker wrote where the host sees the volume; the pods are still told the path they mount.
+    assert (tmp_path / "datasets" / "manual__1" / "train.csv").is_file()
+    assert (tmp_path / "incoming" / "LATEST.json").is_file()
+    assert data["train_data"] == "/mnt/shared/datasets/manual__1/train.csv"
+    volume_mounts = pipeline.get_task("train").assemble_manifest()["spec"]["pytorchReplicaSpecs"]["Master"]
+    assert {"name": "shared", "mountPath": "/mnt/shared"} in volume_mounts["template"]["spec"]["containers"][0][
+        "volumeMounts"
+    ]
+
+
+def test_the_local_deployments_policy_gives_the_sweeps_trials_metrics_on_kwok() -> None:
+    import jinja2
+    from airflow.dag_processing.dagbag import DagBag
+
+    sweep = DagBag(str(EXAMPLES_DIR / "hyperparameter_sweep.py")).dags["disttrain_hyperparameter_sweep"]
+    trial = sweep.get_task("trial")
+    policy = _local_settings()
+    policy.task_policy(trial)
+
+    template = trial.partial_kwargs["annotations"][policy.TERMINATION_MESSAGE]
+    rendered = [json.loads(jinja2.Template(template).render(ti=SimpleNamespace(map_index=index))) for index in range(3)]
+    assert [metrics["accuracy"] for metrics in rendered] == [0.8, 0.9, 0.85]
