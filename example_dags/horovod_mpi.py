@@ -8,8 +8,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import dag, task
 
-from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
-from airflow_provider_disttrain.parameters import RunPolicy, WaitPolicy
+from airflow_provider_disttrain import MPIJobOperator, RunPolicy, WaitPolicy
 
 IMAGE = "ghcr.io/example/disttrain-horovod:0.1.0"
 WORKERS = 2

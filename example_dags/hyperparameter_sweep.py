@@ -11,7 +11,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import dag, task
 
-from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain import PyTorchJobOperator
 
 IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
 CONFIGURATIONS = [

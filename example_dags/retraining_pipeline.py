@@ -43,8 +43,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
-from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
-from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
+from airflow_provider_disttrain import CleanupPolicy, PodOptions, PyTorchJobOperator, RunPolicy, WaitPolicy
 
 IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
 # The shared volume: the pods mount it here, and the Airflow workers mount it at the same path.

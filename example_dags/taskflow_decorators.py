@@ -18,7 +18,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import dag, task
 
-from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain import WaitPolicy
 
 TORCH_IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
 MPI_IMAGE = "ghcr.io/example/disttrain-mpi:0.1.0"

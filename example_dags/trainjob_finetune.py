@@ -16,8 +16,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import dag, task
 
-from airflow_provider_disttrain.operators.train_job import TrainJobOperator
-from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
+from airflow_provider_disttrain import CleanupPolicy, TrainJobOperator, WaitPolicy
 
 IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
 # Kueue: the LocalQueue that admits the job when its ClusterQueue has GPUs to spare (the operator's

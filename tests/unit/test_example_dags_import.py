@@ -188,3 +188,16 @@ def test_the_local_deployments_policy_gives_the_sweeps_trials_metrics_on_kwok() 
     template = trial.partial_kwargs["annotations"][policy.TERMINATION_MESSAGE]
     rendered = [json.loads(jinja2.Template(template).render(ti=SimpleNamespace(map_index=index))) for index in range(3)]
     assert [metrics["accuracy"] for metrics in rendered] == [0.8, 0.9, 0.85]
+
+
+def test_the_examples_import_the_provider_from_its_root_as_the_readme_does() -> None:
+    """``from airflow_provider_disttrain import PyTorchJobOperator``: the public face, which keeps working
+    whatever folder a module moves to (the TaskFlow decorators come with ``@task``, imported from nowhere)."""
+    deep = {
+        f"{path.name}: {line.strip()}"
+        for path in EXAMPLES_DIR.glob("*.py")
+        for line in path.read_text().splitlines()
+        if "airflow_provider_disttrain." in line and line.lstrip().startswith(("from ", "import "))
+    }
+
+    assert deep == set()
