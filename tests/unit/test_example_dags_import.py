@@ -11,6 +11,7 @@ import pytest
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "example_dags"
 EXPECTED = {
+    "first_training",
     "disttrain_retraining_pipeline",
     "disttrain_horovod_mpi",
     "disttrain_elastic_pytorch",
@@ -201,3 +202,14 @@ def test_the_examples_import_the_provider_from_its_root_as_the_readme_does() -> 
     }
 
     assert deep == set()
+
+
+def test_the_first_example_is_the_readmes_first_dag_and_short_enough_to_copy() -> None:
+    from tests.readme import code_blocks
+
+    [first_dag] = [snippet for snippet in code_blocks("python") if "PyTorchJobOperator(" in snippet]
+    source = (EXAMPLES_DIR / "first_training.py").read_text()
+    code = source.split('"""', 2)[2].strip()  # after the module docstring
+
+    assert code == first_dag.strip()
+    assert len(source.splitlines()) <= 40
