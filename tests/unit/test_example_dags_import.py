@@ -213,3 +213,30 @@ def test_the_first_example_is_the_readmes_first_dag_and_short_enough_to_copy() -
 
     assert code == first_dag.strip()
     assert len(source.splitlines()) <= 40
+
+
+def test_the_sweep_picks_the_trial_with_the_best_reported_accuracy_not_the_fastest() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    pick_best = DagBag(str(EXAMPLES_DIR / "hyperparameter_sweep.py")).dags["disttrain_hyperparameter_sweep"]
+    pick_best = pick_best.get_task("pick_best").python_callable
+
+    def trial(index: int, seconds: float, metrics: dict[str, float] | None) -> dict[str, Any]:
+        return {"name": f"trial-{index}", "state": "succeeded", "duration_seconds": seconds, "metrics": metrics}
+
+    results = [
+        trial(0, 30.0, {"accuracy": 0.81, "loss": 0.5}),
+        trial(1, 90.0, {"accuracy": 0.93, "loss": 0.2}),  # the slowest, and the best
+        trial(2, 10.0, None),  # the fastest: its trainer reported nothing, so it cannot be ranked
+    ]
+
+    best = pick_best(results)
+
+    assert best == {
+        "name": "trial-1",
+        "accuracy": 0.93,
+        "configuration": {"learning_rate": 0.01, "batch_size": 64},
+        "trials": 3,
+    }
+    with pytest.raises(ValueError, match="reported 'accuracy'"):
+        pick_best([trial(0, 5.0, {}), trial(1, 6.0, None), trial(2, 7.0, {"loss": 0.1})])
