@@ -1,8 +1,8 @@
 """Apache Airflow provider for Kubeflow distributed training jobs (PyTorchJob, MPIJob, TrainJob, ...).
 
-The operators, the sensor and the operators' grouped parameter types are re-exported lazily: ``from
-airflow_provider_disttrain import PyTorchJobOperator`` imports only that operator's module, keeping
-DAG parsing fast.
+The operators, the sensor, the operators' grouped parameter types and the retry policy are re-exported
+lazily: ``from airflow_provider_disttrain import PyTorchJobOperator`` imports only that operator's
+module, keeping DAG parsing fast.
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ _LAZY_EXPORTS = {
     "PodOptions": "airflow_provider_disttrain.parameters",
     "WaitPolicy": "airflow_provider_disttrain.parameters",
     "CleanupPolicy": "airflow_provider_disttrain.parameters",
+    # Built on first use, and only on Airflow 3.3+ (an ImportError that says so on 3.2).
+    "DisttrainRetryPolicy": "airflow_provider_disttrain.retry_policy",
 }
 
 __all__ = [
     "CleanupPolicy",
     "DeleteOrphanedTrainingJobsOperator",
     "DeleteTrainingJobOperator",
+    "DisttrainRetryPolicy",
     "MPIJobOperator",
     "PodOptions",
     "PyTorchJobOperator",
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
     from airflow_provider_disttrain.operators.train_job import TrainJobOperator
     from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
     from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
+    from airflow_provider_disttrain.retry_policy import DisttrainRetryPolicy
     from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,6 +23,8 @@ EXPECTED = {
     "disttrain_orphaned_job_cleanup",
     "disttrain_ingest_data",
     "disttrain_deploy_model",
+    "disttrain_kueue_pytorch",
+    "disttrain_retry_by_failure_class",
 }
 
 
@@ -240,3 +243,44 @@ def test_the_sweep_picks_the_trial_with_the_best_reported_accuracy_not_the_faste
     }
     with pytest.raises(ValueError, match="reported 'accuracy'"):
         pick_best([trial(0, 5.0, {}), trial(1, 6.0, None), trial(2, 7.0, {"loss": 0.1})])
+
+
+def test_the_retry_example_retries_the_infrastructures_failures_and_never_the_trainings() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.definitions.retry_policy import RetryAction
+
+    from airflow_provider_disttrain.exceptions import JobFailedInTrainingError, JobFailedOnInfrastructureError
+
+    dag = DagBag(str(EXAMPLES_DIR / "retry_by_failure_class.py")).dags["disttrain_retry_by_failure_class"]
+    train, explain = dag.get_task("train"), dag.get_task("explain")
+    evicted = JobFailedOnInfrastructureError("PyTorchJob ml/train-x failed")
+    evicted.failure = {"class": "infrastructure", "reason": "Evicted", "evidence": ["worker-0: pod Evicted"]}
+    oom = JobFailedInTrainingError("PyTorchJob ml/train-x failed")
+    oom.failure = {"class": "training", "reason": "OOMKilled", "evidence": ["master-0: OOMKilled"]}
+
+    retried = train.retry_policy.evaluate(evicted, try_number=1, max_tries=train.retries)
+    failed = train.retry_policy.evaluate(oom, try_number=1, max_tries=train.retries)
+
+    assert (retried.action, retried.retry_delay) == (RetryAction.RETRY, timedelta(minutes=10))
+    assert failed.action == RetryAction.FAIL
+    assert train.retries == 3
+    # explain reads the class from the training task's XCom, after a success or a failure alike.
+    assert explain.trigger_rule == "all_done"
+    pushed = {("train", "failure"): oom.failure}
+    ti = SimpleNamespace(xcom_pull=lambda task_ids, key: pushed.get((task_ids, key)))
+    assert explain.python_callable(ti=ti) == "training failure (OOMKilled)"
+    assert explain.python_callable(ti=SimpleNamespace(xcom_pull=lambda task_ids, key: None)) == "trained"
+
+
+def test_the_kueue_example_queues_its_pytorchjob_and_reports_what_kueue_did() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(str(EXAMPLES_DIR / "kueue_pytorch.py")).dags["disttrain_kueue_pytorch"]
+    train = dag.get_task("train_when_gpus_free")
+
+    assert train.kind == "PyTorchJob"
+    assert train.local_queue == "user-queue"  # the job's kueue.x-k8s.io/queue-name label at submission
+    assert train.wait_policy.queue_timeout == timedelta(hours=6)
+    report = dag.get_task("report").python_callable
+    result = {"name": "train-x", "state": "succeeded", "kueue": {"local_queue": "user-queue", "queued_seconds": 42.0}}
+    assert report(result) == {"state": "succeeded", "queued_seconds": 42.0}
