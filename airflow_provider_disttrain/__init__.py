@@ -1,8 +1,8 @@
 """Apache Airflow provider for Kubeflow distributed training jobs (PyTorchJob, MPIJob, TrainJob, ...).
 
-The operators, the sensor and the operators' grouped parameter types are re-exported lazily: ``from
-airflow_provider_disttrain import PyTorchJobOperator`` imports only that operator's module, keeping
-DAG parsing fast.
+The operators, the sensor, the operators' grouped parameter types and the retry policy are re-exported
+lazily: ``from airflow_provider_disttrain import PyTorchJobOperator`` imports only that operator's
+module, keeping DAG parsing fast.
 """
 
 from __future__ import annotations
@@ -29,12 +29,15 @@ _LAZY_EXPORTS = {
     "CleanupPolicy": "airflow_provider_disttrain.parameters",
     "PyTorchOptions": "airflow_provider_disttrain.parameters",
     "MPIOptions": "airflow_provider_disttrain.parameters",
+    # Built on first use, and only on Airflow 3.3+ (an ImportError that says so on 3.2).
+    "DisttrainRetryPolicy": "airflow_provider_disttrain.failures.retry_policy",
 }
 
 __all__ = [
     "CleanupPolicy",
     "DeleteOrphanedTrainingJobsOperator",
     "DeleteTrainingJobOperator",
+    "DisttrainRetryPolicy",
     "MPIJobOperator",
     "MPIOptions",
     "PodOptions",
@@ -52,6 +55,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from airflow_provider_disttrain.failures.retry_policy import DisttrainRetryPolicy
     from airflow_provider_disttrain.operators.manage import (
         DeleteTrainingJobOperator,
         ResumeTrainingJobOperator,

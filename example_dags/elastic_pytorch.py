@@ -7,18 +7,14 @@ joins a running job): see training/README.md.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pendulum
 from airflow.sdk import dag
 
-from airflow_provider_disttrain.operators.manage import ScaleTrainingJobOperator
-from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
-from airflow_provider_disttrain.parameters import PyTorchOptions
-from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
+from airflow_provider_disttrain import PyTorchJobOperator, PyTorchOptions, ScaleTrainingJobOperator, TrainingJobSensor
 
-IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
+IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
 JOB_NAME = "{{ ti.xcom_pull(task_ids='start_elastic_job', key='job_name') }}"
 
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
 import pendulum
 from airflow.sdk import dag, task
 
-from airflow_provider_disttrain.operators.mpi_job import MPIJobOperator
-from airflow_provider_disttrain.parameters import MPIOptions, RunPolicy, WaitPolicy
+from airflow_provider_disttrain import MPIJobOperator, MPIOptions, RunPolicy, WaitPolicy
 
-IMAGE = os.environ.get("DISTTRAIN_HOROVOD_IMAGE", "ghcr.io/example/disttrain-horovod:0.1.0")
+IMAGE = "ghcr.io/example/disttrain-horovod:0.1.0"
 WORKERS = 2
 GPUS_PER_WORKER = 2
 

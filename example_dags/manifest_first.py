@@ -11,8 +11,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, dag
 
-from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
-from airflow_provider_disttrain.parameters import WaitPolicy
+from airflow_provider_disttrain import PyTorchJobOperator, WaitPolicy
 
 
 @dag(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
-from airflow_provider_disttrain.operators.orphans import DeleteOrphanedTrainingJobsOperator
+from airflow_provider_disttrain import DeleteOrphanedTrainingJobsOperator
 
 
 @dag(

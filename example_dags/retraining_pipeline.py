@@ -43,13 +43,12 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
-from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
-from airflow_provider_disttrain.parameters import CleanupPolicy, PodOptions, RunPolicy, WaitPolicy
+from airflow_provider_disttrain import CleanupPolicy, PodOptions, PyTorchJobOperator, RunPolicy, WaitPolicy
 
-IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
-# The shared volume as the pods mount it, and as this Airflow worker reaches it.
+IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
+# The shared volume: the pods mount it here, and the Airflow workers mount it at the same path.
 POD_SHARED = "/mnt/shared"
-SHARED_STORAGE = Path(os.environ.get("DISTTRAIN_SHARED_STORAGE", POD_SHARED))
+SHARED_STORAGE = Path(POD_SHARED)
 SHARED_VOLUME = {"name": "shared", "persistentVolumeClaim": {"claimName": "training-data"}}
 SHARED_MOUNT = {"name": "shared", "mountPath": POD_SHARED}
 # Training needs no root, so the pods run as the PodSecurity "restricted" profile asks: a non-root user

@@ -13,16 +13,15 @@ processes, where a real training step would all-reduce gradients or metrics.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pendulum
 from airflow.sdk import dag, task
 
-from airflow_provider_disttrain.parameters import MPIOptions, PyTorchOptions, WaitPolicy
+from airflow_provider_disttrain import MPIOptions, PyTorchOptions, WaitPolicy
 
-TORCH_IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
-MPI_IMAGE = os.environ.get("DISTTRAIN_MPI_IMAGE", "ghcr.io/example/disttrain-mpi:0.1.0")
+TORCH_IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
+MPI_IMAGE = "ghcr.io/example/disttrain-mpi:0.1.0"
 
 
 @dag(

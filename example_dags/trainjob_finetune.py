@@ -10,24 +10,22 @@ the ClusterRole of ``deploy/rbac/``) and build the image from ``training/pytorch
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
 import pendulum
 from airflow.sdk import dag, task
 
-from airflow_provider_disttrain.operators.train_job import TrainJobOperator
-from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
+from airflow_provider_disttrain import CleanupPolicy, TrainJobOperator, WaitPolicy
 
-IMAGE = os.environ.get("DISTTRAIN_PYTORCH_IMAGE", "ghcr.io/example/disttrain-pytorch:0.1.0")
+IMAGE = "ghcr.io/example/disttrain-pytorch:0.1.0"
 # Kueue: the LocalQueue that admits the job when its ClusterQueue has GPUs to spare (the operator's
 # ``local_queue`` sets the TrainJob's kueue.x-k8s.io/queue-name label). Until then the TrainJob waits
 # suspended, the task log says why (the Workload's message), and that wait does not count toward
 # ``startup_timeout``; ``queue_timeout`` bounds it. Without ``local_queue`` the job runs unqueued, as on a
 # cluster without Kueue. Not named ``default``: Kueue puts every unlabelled job of a namespace into a
 # LocalQueue of that name.
-LOCAL_QUEUE = os.environ.get("DISTTRAIN_KUEUE_QUEUE", "user-queue")
+LOCAL_QUEUE = "user-queue"
 
 
 @dag(

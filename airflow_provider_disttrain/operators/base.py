@@ -20,11 +20,10 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
 from airflow_provider_disttrain.job.deadlines import Deadlines
 from airflow_provider_disttrain.job.gpus import gpus_per_replica
-from airflow_provider_disttrain.ownership.identity import JobIdentity, task_instance_keys_of
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
+from airflow_provider_disttrain.job.outcome import JobRef
+from airflow_provider_disttrain.job.status import describe_state, job_result, job_state
 from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL, queue_name, validate_queue_name
-from airflow_provider_disttrain.operators.links import TrainingJobLink
-from airflow_provider_disttrain.pods.logs import LEADER, validate_log_replicas
 from airflow_provider_disttrain.manifest.builder import set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, manifest_template
 from airflow_provider_disttrain.manifest.pod_validation import env_values_by_name
@@ -41,7 +40,7 @@ from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
 from airflow_provider_disttrain.operators.links import TrainingJobLink
 from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for
-from airflow_provider_disttrain.ownership.identity import JobIdentity, instance_key_of
+from airflow_provider_disttrain.ownership.identity import JobIdentity, task_instance_keys_of
 from airflow_provider_disttrain.ownership.naming import (
     generate_job_name,
     task_instance_annotations,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the deployment's configuration: secrets (generated once, kept in .devairflow/secrets.env),
 # $AIRFLOW_HOME/airflow.cfg rendered from dev/airflow/airflow.cfg.template, and the DAGs folder
-# .devairflow/dags/ filled with the example DAGs (files a user added there are left alone).
+# .devairflow/dags/ filled with the example DAGs (files a user added there are left alone), and
+# $AIRFLOW_HOME/config/airflow_local_settings.py (dev/airflow/airflow_local_settings.py).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -45,3 +46,7 @@ grep -q '@[A-Z_]*@' "$AIRFLOW_HOME/airflow.cfg" && die "unfilled placeholder in 
 
 # The example DAGs (and the manifests they load) are copied, not linked: the folder is the user's to edit.
 tar -C "$REPO_ROOT/example_dags" --exclude=__pycache__ -cf - . | tar -C "$AF_DAGS_DIR" -xf -
+# The cluster policies that fit the examples, unchanged, to the local cluster (the file says how and why):
+# Airflow imports airflow_local_settings from $AIRFLOW_HOME/config in every process.
+mkdir -p "$AIRFLOW_HOME/config"
+cp "$DEVAIRFLOW_SRC_DIR/airflow_local_settings.py" "$AIRFLOW_HOME/config/airflow_local_settings.py"

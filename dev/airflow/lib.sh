@@ -48,7 +48,7 @@ DEVAIRFLOW_STATSD_PORT="${DEVAIRFLOW_STATSD_PORT:-28125}"
 DEVAIRFLOW_NAMESPACE="${DEVAIRFLOW_NAMESPACE:-disttrain-airflow}"
 # Where the Airflow processes see the retraining example's shared volume: the hostPath behind the
 # namespace's `training-data` claim (dev/demo/cluster_setup.py shared_storage()), which the pods mount
-# at /mnt/shared (example_dags/retraining_pipeline.py reads DISTTRAIN_SHARED_STORAGE).
+# at /mnt/shared (the deployment's task_policy points the examples there: airflow_local_settings.py).
 export DISTTRAIN_SHARED_STORAGE="/tmp/disttrain-$DEVAIRFLOW_NAMESPACE"
 DEVAIRFLOW_SERVICE_ACCOUNT=airflow-disttrain
 

@@ -12,9 +12,11 @@ cluster it is whatever ReadWriteMany storage the team uses.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 CLAIM_NAME = "training-data"
@@ -48,6 +50,18 @@ def steer_to_executing_node(core_v1: Any, namespace: str) -> None:
 def shared_storage(namespace: str) -> Path:
     """Where the local volume behind ``namespace``'s claim lives: the Airflow worker reads and writes there."""
     return Path(f"/tmp/disttrain-{namespace}")
+
+
+def load_local_settings() -> ModuleType:
+    """The local deployments' cluster policies (dev/airflow/airflow_local_settings.py), for a process that
+    parses the examples itself (``dag.test()``); loaded under another name, so that Airflow never takes it
+    for this process's own ``airflow_local_settings``."""
+    path = Path(__file__).resolve().parents[1] / "airflow" / "airflow_local_settings.py"
+    spec = importlib.util.spec_from_file_location("disttrain_dev_local_settings", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def ensure_training_volume(api_client: Any, namespace: str) -> None:

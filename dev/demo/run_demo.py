@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -42,7 +43,9 @@ def demo_environment() -> dict[str, str]:
     if not kubeconfig.is_file():
         sys.exit(f"{kubeconfig} is missing: start the local cluster with `make cluster-up`")
     home = REPO / ".airflow" / "demo"
-    home.mkdir(parents=True, exist_ok=True)
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    # The cluster policy that points the example at this machine's view of its volume (the file says why).
+    shutil.copy2(REPO / "dev" / "airflow" / "airflow_local_settings.py", home / "config" / "airflow_local_settings.py")
     connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": NAMESPACE}}
     return {
         **os.environ,
@@ -51,9 +54,8 @@ def demo_environment() -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(connection),
-        # The executing node has no images: any name does (dev/cluster/README.md).
-        "DISTTRAIN_PYTORCH_IMAGE": "disttrain-pytorch:local",
-        # Where this Airflow worker sees the volume the pods mount at /mnt/shared.
+        # Where this Airflow worker sees the volume the pods mount at /mnt/shared (read by the task_policy of
+        # dev/airflow/airflow_local_settings.py). The image needs nothing: the executing node has no images.
         "DISTTRAIN_SHARED_STORAGE": str(shared_storage(NAMESPACE)),
     }
 

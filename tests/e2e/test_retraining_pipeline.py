@@ -5,7 +5,8 @@ ends in success; the triggerer's progress lines are in the task's log, the leade
 The job trains for real on the cluster's executing node, under the PodSecurity ``restricted`` profile:
 for this test only, the deployment's namespace is steered there and labelled to enforce ``restricted``
 (dev/demo/cluster_setup.py; the deployment's other tests run root pods there, the MPI example's among
-them); the workers see the shared volume at DISTTRAIN_SHARED_STORAGE (dev/airflow/lib.sh)."""
+them); the deployment's task_policy points the example's Python tasks at the host's view of the shared
+volume (dev/airflow/airflow_local_settings.py)."""
 
 from __future__ import annotations
 

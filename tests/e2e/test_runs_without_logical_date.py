@@ -27,6 +27,9 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "disttrain_hyperparameter_sweep": {},
     "disttrain_manifest_first": {},
     "disttrain_trainjob_finetune": {},
+    "disttrain_kueue_pytorch": {},
+    "disttrain_retry_by_failure_class": {},
+    "first_training": {},
     "disttrain_orphaned_job_cleanup": {"report_only": True},
 }
 # What each example's run must have done, beyond succeeding: the tasks that must have succeeded.
@@ -36,6 +39,9 @@ SUCCEEDED_TASKS: dict[str, set[str]] = {
     "disttrain_hyperparameter_sweep": {"trial_args", "pick_best"},
     "disttrain_manifest_first": {"train_from_manifest"},
     "disttrain_trainjob_finetune": {"finetune", "report"},
+    "disttrain_kueue_pytorch": {"train_when_gpus_free", "report"},
+    "disttrain_retry_by_failure_class": {"train", "explain"},
+    "first_training": {"prepare_data", "train", "evaluate"},
 }
 # Where the examples' jobs live (the runs fixture deletes PyTorchJobs only).
 JOB_RESOURCES = [
@@ -69,8 +75,17 @@ def assert_did_its_work(airflow: AirflowRest, cluster: Cluster, dag_id: str, run
         assert states.get((task_id, -1)) == "success", (dag_id, task_id, states)
     if dag_id == "disttrain_hyperparameter_sweep":
         assert [states.get(("trial", index)) for index in range(3)] == ["success"] * 3, states
-        assert airflow.xcom(dag_id, run_id, "pick_best")["trials"] == 3
+        best = airflow.xcom(dag_id, run_id, "pick_best")
+        # Ranked by the accuracy each trial reported: on kwok, what the deployment's task_policy has the
+        # trials' pods report (dev/airflow/airflow_local_settings.py: 0.8, 0.9, 0.85 by map index).
+        assert (best["trials"], best["accuracy"], best["configuration"]["batch_size"]) == (3, 0.9, 64), best
         assert len(cluster.jobs(dag_id, run_id)) == 3  # one PyTorchJob per trial
+    if dag_id == "disttrain_kueue_pytorch":
+        # The PyTorchJob waited in the deployment's LocalQueue; the result says which ClusterQueue admitted it.
+        kueue = airflow.xcom(dag_id, run_id, "train_when_gpus_free")["kueue"]
+        assert (kueue["local_queue"], kueue["cluster_queue"]) == ("user-queue", "cluster-queue"), kueue
+    if dag_id == "disttrain_retry_by_failure_class":
+        assert airflow.xcom(dag_id, run_id, "explain") == "trained"
     if dag_id == "disttrain_trainjob_finetune":
         # The TrainJob went through Kueue's LocalQueue (its events outlive the job the task deleted).
         name = airflow.xcom(dag_id, run_id, "finetune")["name"]

@@ -4,7 +4,8 @@ prepared dataset reaches the pods through the shared volume, train_ddp.py learns
 ``promote_model`` copies that model to production. The namespace enforces the PodSecurity ``restricted``
 profile: the example's pods run as a non-root user. Only the set-up is the test's: a namespace steered to
 the executing node and labelled ``restricted``, the ``training-data`` claim bound to a local volume, and
-where the Airflow worker sees that volume (``DISTTRAIN_SHARED_STORAGE``)."""
+where the Airflow worker sees that volume, which the local deployments' cluster policy
+(dev/airflow/airflow_local_settings.py) gives the example, applied here as Airflow would apply it."""
 
 from __future__ import annotations
 
@@ -22,9 +23,17 @@ pytestmark = pytest.mark.xdist_group("executing")
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev" / "demo"))
 
-from cluster_setup import RESTRICTED_LABELS, enforce_restricted, ensure_training_volume, shared_storage  # noqa: E402
+from cluster_setup import (  # noqa: E402
+    RESTRICTED_LABELS,
+    enforce_restricted,
+    ensure_training_volume,
+    load_local_settings,
+    shared_storage,
+)
 
 from tests.integration.executing_node import steer_to_executing_node  # noqa: E402
+
+local_settings = load_local_settings()
 
 DAG_ID = "disttrain_retraining_pipeline"
 
@@ -39,13 +48,15 @@ def example_dag(example_dags: Path, admin_api: Any, namespace: str, monkeypatch:
     enforce_restricted(core, namespace)
     shutil.rmtree(shared_storage(namespace), ignore_errors=True)
     ensure_training_volume(admin_api, namespace)
-    storage = shared_storage(namespace)
-    monkeypatch.setenv("DISTTRAIN_SHARED_STORAGE", str(storage))
-    # The demo and the test run the pods on this machine: the image is the executing node's stand-in.
-    monkeypatch.setenv("DISTTRAIN_PYTORCH_IMAGE", "disttrain-pytorch:local")
+    # dag.test() parses and runs the DAG in this process, where no airflow_local_settings is loaded: the
+    # deployment's task_policy is applied here to the parsed tasks, as the DagBag would apply it.
+    monkeypatch.setenv("DISTTRAIN_SHARED_STORAGE", str(shared_storage(namespace)))
     bag = DagBag(str(example_dags / "retraining_pipeline.py"))
     assert not bag.import_errors, bag.import_errors
-    return bag.get_dag(DAG_ID)
+    dag = bag.get_dag(DAG_ID)
+    for task in dag.tasks:
+        local_settings.task_policy(task)
+    return dag
 
 
 def test_the_example_trains_for_real_evaluates_the_model_it_wrote_and_promotes_it(example_dag, namespace, admin_api):

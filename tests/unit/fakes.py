@@ -27,6 +27,8 @@ from typing import Any
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 from airflow_provider_disttrain.job.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, get_job_kind
+from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.utils import clock
 
 LOG = logging.getLogger(__name__)
 

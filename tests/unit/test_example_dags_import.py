@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "example_dags"
 EXPECTED = {
+    "first_training",
     "disttrain_retraining_pipeline",
     "disttrain_horovod_mpi",
     "disttrain_elastic_pytorch",
@@ -16,6 +23,8 @@ EXPECTED = {
     "disttrain_orphaned_job_cleanup",
     "disttrain_ingest_data",
     "disttrain_deploy_model",
+    "disttrain_kueue_pytorch",
+    "disttrain_retry_by_failure_class",
 }
 
 
@@ -124,3 +133,154 @@ def test_the_retraining_examples_pods_meet_the_restricted_pod_security_profile()
         assert container["image"] == train.image
         assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
         assert {mount["mountPath"] for mount in container["volumeMounts"]} == {"/mnt/shared", "/dev/shm"}
+
+
+def test_the_examples_read_no_environment_of_their_own() -> None:
+    """What differs between deployments (images, storage, queues) is not plumbed through the examples' own
+    environment variables: they read as a user copies them, and the local deployments fit them to the
+    local cluster through a cluster policy (dev/airflow/airflow_local_settings.py)."""
+    sources = {path.name: path.read_text() for path in EXAMPLES_DIR.glob("*.py")}
+
+    assert {name for name, source in sources.items() if "DISTTRAIN_" in source or "os.environ.get" in source} == set()
+
+
+def _local_settings() -> Any:
+    import importlib.util
+
+    path = EXAMPLES_DIR.parent / "dev" / "airflow" / "airflow_local_settings.py"
+    spec = importlib.util.spec_from_file_location("disttrain_dev_local_settings_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_local_deployments_policy_points_the_examples_python_tasks_at_the_hosts_view_of_the_volume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("DISTTRAIN_SHARED_STORAGE", str(tmp_path))
+    bag = DagBag(str(EXAMPLES_DIR / "retraining_pipeline.py"))
+    pipeline, ingest = bag.dags["disttrain_retraining_pipeline"], bag.dags["disttrain_ingest_data"]
+    policy = _local_settings()
+    for task in [*pipeline.tasks, *ingest.tasks]:
+        policy.task_policy(task)
+
+    data = pipeline.get_task("prepare_data").python_callable(run_id="manual__1")
+    ingest.get_task("land_snapshot").python_callable(run_id="manual__1")
+
+    # The worker wrote where the host sees the volume; the pods are still told the path they mount.
+    assert (tmp_path / "datasets" / "manual__1" / "train.csv").is_file()
+    assert (tmp_path / "incoming" / "LATEST.json").is_file()
+    assert data["train_data"] == "/mnt/shared/datasets/manual__1/train.csv"
+    volume_mounts = pipeline.get_task("train").assemble_manifest()["spec"]["pytorchReplicaSpecs"]["Master"]
+    assert {"name": "shared", "mountPath": "/mnt/shared"} in volume_mounts["template"]["spec"]["containers"][0][
+        "volumeMounts"
+    ]
+
+
+def test_the_local_deployments_policy_gives_the_sweeps_trials_metrics_on_kwok() -> None:
+    import jinja2
+    from airflow.dag_processing.dagbag import DagBag
+
+    sweep = DagBag(str(EXAMPLES_DIR / "hyperparameter_sweep.py")).dags["disttrain_hyperparameter_sweep"]
+    trial = sweep.get_task("trial")
+    policy = _local_settings()
+    policy.task_policy(trial)
+
+    template = trial.partial_kwargs["annotations"][policy.TERMINATION_MESSAGE]
+    rendered = [json.loads(jinja2.Template(template).render(ti=SimpleNamespace(map_index=index))) for index in range(3)]
+    assert [metrics["accuracy"] for metrics in rendered] == [0.8, 0.9, 0.85]
+
+
+def test_the_examples_import_the_provider_from_its_root_as_the_readme_does() -> None:
+    """``from airflow_provider_disttrain import PyTorchJobOperator``: the public face, which keeps working
+    whatever folder a module moves to (the TaskFlow decorators come with ``@task``, imported from nowhere)."""
+    deep = {
+        f"{path.name}: {line.strip()}"
+        for path in EXAMPLES_DIR.glob("*.py")
+        for line in path.read_text().splitlines()
+        if "airflow_provider_disttrain." in line and line.lstrip().startswith(("from ", "import "))
+    }
+
+    assert deep == set()
+
+
+def test_the_first_example_is_the_readmes_first_dag_and_short_enough_to_copy() -> None:
+    from tests.readme import code_blocks
+
+    [first_dag] = [snippet for snippet in code_blocks("python") if "PyTorchJobOperator(" in snippet]
+    source = (EXAMPLES_DIR / "first_training.py").read_text()
+    code = source.split('"""', 2)[2].strip()  # after the module docstring
+
+    assert code == first_dag.strip()
+    assert len(source.splitlines()) <= 40
+
+
+def test_the_sweep_picks_the_trial_with_the_best_reported_accuracy_not_the_fastest() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    pick_best = DagBag(str(EXAMPLES_DIR / "hyperparameter_sweep.py")).dags["disttrain_hyperparameter_sweep"]
+    pick_best = pick_best.get_task("pick_best").python_callable
+
+    def trial(index: int, seconds: float, metrics: dict[str, float] | None) -> dict[str, Any]:
+        return {"name": f"trial-{index}", "state": "succeeded", "duration_seconds": seconds, "metrics": metrics}
+
+    results = [
+        trial(0, 30.0, {"accuracy": 0.81, "loss": 0.5}),
+        trial(1, 90.0, {"accuracy": 0.93, "loss": 0.2}),  # the slowest, and the best
+        trial(2, 10.0, None),  # the fastest: its trainer reported nothing, so it cannot be ranked
+    ]
+
+    best = pick_best(results)
+
+    assert best == {
+        "name": "trial-1",
+        "accuracy": 0.93,
+        "configuration": {"learning_rate": 0.01, "batch_size": 64},
+        "trials": 3,
+    }
+    with pytest.raises(ValueError, match="reported 'accuracy'"):
+        pick_best([trial(0, 5.0, {}), trial(1, 6.0, None), trial(2, 7.0, {"loss": 0.1})])
+
+
+def test_the_retry_example_retries_the_infrastructures_failures_and_never_the_trainings() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.definitions.retry_policy import RetryAction
+
+    from airflow_provider_disttrain.exceptions import JobFailedInTrainingError, JobFailedOnInfrastructureError
+
+    dag = DagBag(str(EXAMPLES_DIR / "retry_by_failure_class.py")).dags["disttrain_retry_by_failure_class"]
+    train, explain = dag.get_task("train"), dag.get_task("explain")
+    evicted = JobFailedOnInfrastructureError("PyTorchJob ml/train-x failed")
+    evicted.failure = {"class": "infrastructure", "reason": "Evicted", "evidence": ["worker-0: pod Evicted"]}
+    oom = JobFailedInTrainingError("PyTorchJob ml/train-x failed")
+    oom.failure = {"class": "training", "reason": "OOMKilled", "evidence": ["master-0: OOMKilled"]}
+
+    retried = train.retry_policy.evaluate(evicted, try_number=1, max_tries=train.retries)
+    failed = train.retry_policy.evaluate(oom, try_number=1, max_tries=train.retries)
+
+    assert (retried.action, retried.retry_delay) == (RetryAction.RETRY, timedelta(minutes=10))
+    assert failed.action == RetryAction.FAIL
+    assert train.retries == 3
+    # explain reads the class from the training task's XCom, after a success or a failure alike.
+    assert explain.trigger_rule == "all_done"
+    pushed = {("train", "failure"): oom.failure}
+    ti = SimpleNamespace(xcom_pull=lambda task_ids, key: pushed.get((task_ids, key)))
+    assert explain.python_callable(ti=ti) == "training failure (OOMKilled)"
+    assert explain.python_callable(ti=SimpleNamespace(xcom_pull=lambda task_ids, key: None)) == "trained"
+
+
+def test_the_kueue_example_queues_its_pytorchjob_and_reports_what_kueue_did() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(str(EXAMPLES_DIR / "kueue_pytorch.py")).dags["disttrain_kueue_pytorch"]
+    train = dag.get_task("train_when_gpus_free")
+
+    assert train.kind == "PyTorchJob"
+    assert train.local_queue == "user-queue"  # the job's kueue.x-k8s.io/queue-name label at submission
+    assert train.wait_policy.queue_timeout == timedelta(hours=6)
+    report = dag.get_task("report").python_callable
+    result = {"name": "train-x", "state": "succeeded", "kueue": {"local_queue": "user-queue", "queued_seconds": 42.0}}
+    assert report(result) == {"state": "succeeded", "queued_seconds": 42.0}

@@ -13,8 +13,8 @@ import dataclasses
 from pathlib import Path
 
 import airflow_provider_disttrain
-from airflow_provider_disttrain.ownership.identity import TaskInstanceKeys
 from airflow_provider_disttrain.job.kinds import JOB_KINDS, BuildDefaults
+from airflow_provider_disttrain.ownership.identity import TaskInstanceKeys
 from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.ownership.orphans import JobOwner
 from airflow_provider_disttrain.ui.view import task_instance_of
