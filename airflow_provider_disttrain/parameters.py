@@ -20,12 +20,12 @@ from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
 from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.job.progress import DEFAULT_PROGRESS_INTERVAL_SECONDS
 from airflow_provider_disttrain.kube.quantities import validate_size_limit
 
 IF_EXISTS_CHOICES = ("reattach", "fail", "replace")
 DELETE_ON_FINISH_CHOICES = ("never", "succeeded", "always")
 NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
-DEFAULT_PROGRESS_INTERVAL_SECONDS = 30.0
 DEFAULT_API_FAILURE_TOLERANCE_SECONDS = 900.0
 """15 minutes: a managed cluster's control-plane upgrade (a zonal one has no API server for minutes)."""
 

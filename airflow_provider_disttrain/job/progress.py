@@ -23,8 +23,9 @@ from airflow_provider_disttrain.job.status import JobState, describe_state, has_
 from airflow_provider_disttrain.job.trainer_status import describe_progress, trainer_progress
 from airflow_provider_disttrain.kube.conditions import conditions
 from airflow_provider_disttrain.kueue.hold import held_by_kueue
-from airflow_provider_disttrain.parameters import DEFAULT_PROGRESS_INTERVAL_SECONDS
 
+DEFAULT_PROGRESS_INTERVAL_SECONDS = 30.0
+"""A progress line at most every 30 s by default (the operators' ``progress_interval``)."""
 DEFAULT_BURST = 3
 _UNSCHEDULABLE = "unschedulable"
 

@@ -176,9 +176,9 @@ def test_the_core_never_imports_the_decorators(path: Path) -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("exceptions", "version", "utils"),
     ("kube",),
-    ("parameters", "kueue"),
+    ("kueue",),
     ("job",),
-    ("ownership", "failures", "lineage"),
+    ("parameters", "ownership", "failures", "lineage"),
     ("hooks", "manifest"),
     ("pods",),
     ("triggers",),

@@ -42,8 +42,8 @@ def test_no_two_modules_define_a_public_function_of_the_same_name() -> None:
 
 def test_the_walk_finds_the_functions_it_is_meant_to() -> None:
     functions = public_functions()
-    assert functions["describe_owner"] == ["identity.py"]
-    assert functions["job_owner"] == ["orphans.py"]
+    assert functions["describe_owner"] == ["ownership/identity.py"]
+    assert functions["job_owner"] == ["ownership/orphans.py"]
 
 
 def test_the_leader_replica_is_the_kinds_and_the_builder_only_says_whether_it_builds_it() -> None:
