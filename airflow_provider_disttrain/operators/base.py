@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
 from airflow_provider_disttrain.deadlines import Deadlines
 from airflow_provider_disttrain.gpus import gpus_per_replica
-from airflow_provider_disttrain.identity import JobIdentity, instance_key_of
+from airflow_provider_disttrain.identity import JobIdentity, instance_key_of, loop_region
 from airflow_provider_disttrain.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.kueue import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.links import TrainingJobLink
@@ -266,7 +266,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             base = metadata.get("name") or metadata.get("generateName") or self.task_id
             name = generate_job_name(base, max_length=self.job_name_room(manifest, namespace))
         ti = context["ti"]
-        labels = task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+        labels = task_instance_labels(
+            ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number, loop=loop_region(ti, context)
+        )
         if self.local_queue is not None:
             # On the job itself, for every kind: Kueue reads the label there (not on the pods).
             labels[QUEUE_NAME_LABEL] = self.local_queue
@@ -287,7 +289,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         return JobIdentity(
             self.hook,
             self.kind,
-            instance_key_of(ti),
+            instance_key_of(ti, context),
             context.get("task_state_store"),
             self.log,
             try_number=ti.try_number,
