@@ -32,6 +32,7 @@ from tests.unit.fakes import (
     make_context,
     make_job,
     running_status,
+    succeeded_status,
 )
 from tests.unit.labels_32c71f4 import labels_32c71f4
 from tests.unit.operators.test_training_job_retry import make_operator
@@ -146,3 +147,19 @@ def test_without_loop_attributes_on_the_task_instance_the_iteration_still_counts
     assert loop_region(ti, context) is not None
     assert loop_region(ti, context).region_index == 2  # type: ignore[union-attr]
     assert loop_region(ti, make_context(ti)) is None
+
+
+def test_an_explicit_name_never_deletes_another_iterations_finished_job() -> None:
+    """The issue's case: iteration 0's job had succeeded and was kept; iteration 1 deleted it as its own try's."""
+    hook = FakeTrainingJobHook()
+    ti0 = looped_ti(0)
+    labels = task_instance_labels(
+        ti0.dag_id, ti0.task_id, ti0.run_id, -1, 1, loop=loop_region(ti0, looped_context(ti0))
+    )
+    hook.add_job(make_job("nightly", uid="uid-0", status=succeeded_status(), labels=labels))
+
+    with pytest.raises(JobAlreadyExistsError, match="loop iteration 0"):
+        make_operator(hook, job_name="nightly", wait_for_completion=False).execute(looped_context(looped_ti(1)))
+
+    assert hook.called("delete_job") == []
+    assert hook.job("nightly")["metadata"]["uid"] == "uid-0"  # type: ignore[index]
