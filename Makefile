@@ -17,7 +17,7 @@ STEP := $(REPO_ROOT)/dev/step.sh
 include $(REPO_ROOT)/dev/cluster.mk
 include $(REPO_ROOT)/dev/airflow.mk
 
-.PHONY: help venv lint typecheck unit-test lowest-deps-test integration-test test demo bench clean
+.PHONY: help venv lint typecheck unit-test lowest-deps-test newest-airflow-test integration-test test demo bench clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -70,6 +70,29 @@ lowest-deps-test: $(VENV_LOWEST)/.installed ## Unit tests on the lowest versions
 	@$(VENV_LOWEST)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal --durations=25
 	@$(STEP) end unit-lowest
 
+# The newest Airflow the package index serves (AIRFLOW_NEXT, a pre-release while there is one), in a venv
+# of its own: the unit tests run there too, and those that need its features (Task Loops, Airflow 3.4)
+# run only there. Pinning Airflow itself is what lets uv take its pre-release (and the exact
+# apache-airflow-core/task-sdk it pins); everything else, the providers included, resolves to finals as usual.
+AIRFLOW_NEXT ?= 3.4.0b2
+VENV_NEXT := $(REPO_ROOT)/.venv-airflow-next
+
+$(VENV_NEXT)/.installed-$(AIRFLOW_NEXT): pyproject.toml
+	@$(STEP) begin venv-airflow-next
+	@echo "==> Python environment with apache-airflow==$(AIRFLOW_NEXT) ($(VENV_NEXT))"
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv
+	@uv venv --quiet --allow-existing -p $(PYTHON) $(VENV_NEXT)
+	@uv pip install --quiet -p $(VENV_NEXT)/bin/python "apache-airflow==$(AIRFLOW_NEXT)" -e ".[test]"
+	@uv pip list -p $(VENV_NEXT)/bin/python 2>/dev/null | grep -iE '^(apache-airflow|apache-airflow-core|apache-airflow-task-sdk|apache-airflow-providers-cncf-kubernetes) '
+	@rm -f $(VENV_NEXT)/.installed-*
+	@touch $@
+	@$(STEP) end venv-airflow-next
+
+newest-airflow-test: $(VENV_NEXT)/.installed-$(AIRFLOW_NEXT) ## Unit tests on the newest Airflow the index serves (AIRFLOW_NEXT, .venv-airflow-next)
+	@$(STEP) begin unit-airflow-next
+	@$(VENV_NEXT)/bin/pytest tests -m "not integration and not e2e" -q -p no:cacheprovider -n auto --dist worksteal --durations=25
+	@$(STEP) end unit-airflow-next
+
 # Integration tests in two passes. Most tests use only a namespace of their own and spend their time
 # waiting for the cluster, so they run on IT_WORKERS xdist workers at once; those that train for real on
 # the executing node (CPU) and those that hold the shared kwok nodes' GPUs or Kueue quota each form one
@@ -84,7 +107,7 @@ integration-test: venv cluster-up ## Integration tests against the local cluster
 	@$(VENV)/bin/pytest tests/integration -m "integration and serial" -q -p no:cacheprovider -rs --durations=25
 	@$(STEP) end integration
 
-test: lint unit-test lowest-deps-test integration-test e2e-test ## Everything CI runs: lint, unit tests (also on the lowest declared versions), integration tests on the local cluster, e2e tests in Airflow
+test: lint unit-test lowest-deps-test newest-airflow-test integration-test e2e-test ## Everything CI runs: lint, unit tests (also on the lowest declared versions and the newest Airflow), integration tests on the local cluster, e2e tests in Airflow
 
 demo: venv cluster-up ## Run example 1 (retraining pipeline) end to end on the local cluster
 	@$(VENV_PY) dev/demo/run_demo.py

@@ -34,6 +34,26 @@ if TYPE_CHECKING:
 RETURN_VALUE_KEY = "return_value"
 
 
+def _context_keys(kwargs: dict[str, Any]) -> set[str]:
+    """The parameter names Airflow fills from the task context for this task (and so leaves unpassed).
+
+    Airflow 3.4 adds ``loop`` to them inside a Task Loop only (elsewhere ``loop`` is an ordinary parameter):
+    the same walk up the task groups as its ``@task`` decorator. Airflow keeps ``LoopTaskGroup`` private;
+    before 3.4 there is none and the set is ``KNOWN_CONTEXT_KEYS``.
+    """
+    try:
+        from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
+        from airflow.sdk.definitions._internal.loop import LoopTaskGroup  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return set(KNOWN_CONTEXT_KEYS)
+    group = kwargs.get("task_group") or TaskGroupContext.get_current(kwargs.get("dag"))
+    while group is not None:
+        if isinstance(group, LoopTaskGroup):
+            return KNOWN_CONTEXT_KEYS | {"loop"}
+        group = group.parent_group
+    return set(KNOWN_CONTEXT_KEYS)
+
+
 def decode_return_value(kind: JobKind, title: str, pods: list[dict[str, Any]]) -> Any:
     """Rank 0's value from the leader's termination message; a ``TrainingJobError`` saying why it is missing."""
     found = leader_termination_message(kind, pods)
@@ -72,7 +92,7 @@ class DecoratedTrainingJobOperator(DecoratedOperator):
                 f"wait_for_completion: {self.custom_operator_name} waits for the job to return the function's value"
             )
         function = kwargs["python_callable"]
-        if context_keys := sorted(set(inspect.signature(function).parameters) & KNOWN_CONTEXT_KEYS):
+        if context_keys := sorted(set(inspect.signature(function).parameters) & _context_keys(kwargs)):
             raise ValueError(
                 f"{function.__name__}: parameter {context_keys[0]!r} is an Airflow context key, but the function "
                 "runs inside the training job, where the task context is not available: pass what it needs as "

@@ -40,7 +40,7 @@ from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
 from airflow_provider_disttrain.operators.links import TrainingJobLink
 from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for
-from airflow_provider_disttrain.ownership.identity import JobIdentity, task_instance_keys_of
+from airflow_provider_disttrain.ownership.identity import JobIdentity, loop_region, task_instance_keys_of
 from airflow_provider_disttrain.ownership.naming import (
     generate_job_name,
     task_instance_annotations,
@@ -270,7 +270,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             base = metadata.get("name") or metadata.get("generateName") or self.task_id
             name = generate_job_name(base, max_length=self.job_name_room(manifest, namespace))
         ti = context["ti"]
-        labels = task_instance_labels(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number)
+        labels = task_instance_labels(
+            ti.dag_id, ti.task_id, ti.run_id, ti.map_index, ti.try_number, loop=loop_region(ti, context)
+        )
         if self.local_queue is not None:
             # On the job itself, for every kind: Kueue reads the label there (not on the pods).
             labels[QUEUE_NAME_LABEL] = self.local_queue
@@ -291,7 +293,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         return JobIdentity(
             self.hook,
             self.kind,
-            task_instance_keys_of(ti),
+            task_instance_keys_of(ti, context),
             context.get("task_state_store"),
             self.log,
             try_number=ti.try_number,

@@ -1,7 +1,8 @@
 """Which job is this task instance's: the bookkeeping that keeps a retry from training twice.
 
 A job belongs to the task instance whose labels it carries (``naming.task_instance_labels``: the same
-Airflow deployment, DAG, task, run and map index; every try of the instance shares them). That one
+Airflow deployment, DAG, task, run and map index, and inside an Airflow 3.4 Task Loop the same loop
+region and iteration; every try of the instance shares them). That one
 test, ``owns``, decides everywhere: whether a retry takes a job over, whether an explicit ``job_name``
 that exists may be reattached, whether a name found in XCom still holds this instance's job. A job
 made before the deployment was part of the labels (no ``naming.DEPLOYMENT_LABEL``) is recognised by the
@@ -36,10 +37,12 @@ from airflow_provider_disttrain.job.status import JobState, describe_state, job_
 from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_LABEL,
     DEPLOYMENT_LABEL,
+    LOOP_ITERATION_LABEL,
     MAP_INDEX_LABEL,
     RUN_ID_LABEL,
     TASK_ID_LABEL,
     TASK_INSTANCE_LABEL,
+    LoopRegion,
     deployment_label_value,
     legacy_task_instance_key,
     resolve_deployment_id,
@@ -81,13 +84,19 @@ class TaskInstanceKeys:
 
     @classmethod
     def of(
-        cls, dag_id: str, task_id: str, run_id: str, map_index: int | None, deployment_id: str | None = None
+        cls,
+        dag_id: str,
+        task_id: str,
+        run_id: str,
+        map_index: int | None,
+        deployment_id: str | None = None,
+        loop: LoopRegion | None = None,
     ) -> TaskInstanceKeys:
-        """The keys of a task instance; ``deployment_id`` None: this Airflow's."""
+        """The keys of a task instance; ``deployment_id`` None: this Airflow's; ``loop`` None: not in a loop."""
         deployment_id = resolve_deployment_id(deployment_id)
         return cls(
-            task_instance_key(dag_id, task_id, run_id, map_index, deployment_id),
-            legacy_task_instance_key(dag_id, task_id, run_id, map_index),
+            task_instance_key(dag_id, task_id, run_id, map_index, deployment_id, loop),
+            legacy_task_instance_key(dag_id, task_id, run_id, map_index, loop),
             deployment_label_value(deployment_id),
         )
 
@@ -117,6 +126,8 @@ def describe_owner(job: Mapping[str, Any]) -> str:
         if label in labels
     ]
     parts.append(f"map index {labels[MAP_INDEX_LABEL]}" if MAP_INDEX_LABEL in labels else "unmapped")
+    if LOOP_ITERATION_LABEL in labels:
+        parts.append(f"loop iteration {labels[LOOP_ITERATION_LABEL]}")
     if DEPLOYMENT_LABEL in labels:
         parts.append(f"Airflow deployment {labels[DEPLOYMENT_LABEL]!r} (a hash of its deployment_id)")
     return "the task instance of " + ", ".join(parts)
@@ -325,6 +336,25 @@ class JobIdentity:
         ti.xcom_push(key="job_namespace", value=ref.namespace)
 
 
-def task_instance_keys_of(ti: Any) -> TaskInstanceKeys:
-    """The keys of an Airflow task instance in this deployment."""
-    return TaskInstanceKeys.of(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+def loop_region(ti: Any, context: Mapping[str, Any] | None) -> LoopRegion | None:
+    """Where in a Task Loop the task instance runs; None outside a loop and on Airflow before 3.4.
+
+    Airflow 3.4 puts ``loop`` into the context of a task inside a loop only, and gives every task
+    instance ``region_id``/``region_index`` (also mapped ones outside loops, whose key must stay as it
+    was): the loop in the context decides, the task instance's coordinates say where.
+    """
+    loop = context.get("loop") if context is not None else None
+    if loop is None:
+        return None
+    iteration = int(loop.index)
+    region_id, region_index = getattr(ti, "region_id", None), getattr(ti, "region_index", None)
+    return LoopRegion(
+        str(region_id) if region_id is not None else "",
+        int(region_index) if region_index is not None else iteration,
+        iteration,
+    )
+
+
+def task_instance_keys_of(ti: Any, context: Mapping[str, Any] | None = None) -> TaskInstanceKeys:
+    """The keys of an Airflow task instance in this deployment (``context``: its task context, for the loop)."""
+    return TaskInstanceKeys.of(ti.dag_id, ti.task_id, ti.run_id, ti.map_index, loop=loop_region(ti, context))

@@ -11,6 +11,7 @@ import re
 import secrets
 import string
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 # The Kubernetes rules these names must obey (DNS-1035, label values) are kube/rules.py's.
 
@@ -33,6 +34,29 @@ DEPLOYMENT_LABEL = f"{LABEL_PREFIX}/deployment"
 # The DAG-id label is cut and sanitized (``etl`` and ``_etl`` both give ``etl``): who may see a job is
 # decided on this hash of the full DAG id instead (the UI's Training jobs page).
 DAG_KEY_LABEL = f"{LABEL_PREFIX}/dag-key"
+# A task instance inside an Airflow 3.4 Task Loop: every iteration has the same dag, task, run and map
+# index (and try 1), so the loop's region (Airflow's id of that execution of the loop, or of the mapped
+# expansion inside one iteration) and the index within it are part of its identity; the iteration is for
+# people (kubectl -l). Only looped jobs carry these: outside a loop the labels are what they always were.
+REGION_ID_LABEL = f"{LABEL_PREFIX}/region-id"
+REGION_INDEX_LABEL = f"{LABEL_PREFIX}/region-index"
+LOOP_ITERATION_LABEL = f"{LABEL_PREFIX}/loop-iteration"
+
+
+@dataclass(frozen=True)
+class LoopRegion:
+    """Where a task instance inside a Task Loop (Airflow >= 3.4) runs: the task instance's ``region_id``
+    and ``region_index`` (Airflow's own coordinates of it, unique in the run with dag, task and map index)
+    and ``context["loop"].index``, the iteration."""
+
+    region_id: str
+    region_index: int
+    iteration: int
+
+    def key_fields(self) -> tuple[str, ...]:
+        """What the ownership key hashes beside the task instance (the iteration is in ``region_index`` or,
+        for a task mapped inside an iteration, in ``region_id``, which is that iteration's expansion)."""
+        return ("loop", self.region_id, str(self.region_index))
 
 
 def to_dns1035(text: str) -> str:
@@ -84,23 +108,35 @@ def resolve_deployment_id(deployment_id: str | None) -> str:
 
 
 def task_instance_key(
-    dag_id: str, task_id: str, run_id: str, map_index: int | None, deployment_id: str | None = None
+    dag_id: str,
+    task_id: str,
+    run_id: str,
+    map_index: int | None,
+    deployment_id: str | None = None,
+    loop: LoopRegion | None = None,
 ) -> str:
     """Stable short hash of one task instance of one Airflow deployment (all its tries share it).
 
     ``deployment_id``: the deployment's id; None for this Airflow's (``deployment.deployment_id()``,
-    read from the configuration). Two deployments running the same DAG get different keys.
+    read from the configuration). Two deployments running the same DAG get different keys. ``loop``: where
+    in a Task Loop the instance runs (None outside one: the key is the one every earlier release made).
     """
     map_index = -1 if map_index is None else map_index  # the SDK types it Optional; unmapped is -1
+    in_loop = loop.key_fields() if loop is not None else ()
     # A leading tag keeps these keys apart from the legacy ones, whose first field is the dag id.
-    return _digest("deployment", resolve_deployment_id(deployment_id), dag_id, task_id, run_id, str(map_index))
+    return _digest(
+        "deployment", resolve_deployment_id(deployment_id), dag_id, task_id, run_id, str(map_index), *in_loop
+    )
 
 
-def legacy_task_instance_key(dag_id: str, task_id: str, run_id: str, map_index: int | None) -> str:
+def legacy_task_instance_key(
+    dag_id: str, task_id: str, run_id: str, map_index: int | None, loop: LoopRegion | None = None
+) -> str:
     """The key of jobs made before the deployment was part of it (they carry no ``DEPLOYMENT_LABEL``):
-    the same for every deployment, so it is only trusted on jobs without that label."""
+    the same for every deployment, so it is only trusted on jobs without that label. No release before
+    the deployment label ran in a loop: a looped instance's legacy key (with ``loop``) matches no job."""
     map_index = -1 if map_index is None else map_index
-    return _digest(dag_id, task_id, run_id, str(map_index))
+    return _digest(dag_id, task_id, run_id, str(map_index), *(loop.key_fields() if loop is not None else ()))
 
 
 def dag_key(dag_id: str) -> str:
@@ -115,8 +151,9 @@ def task_instance_labels(
     map_index: int | None,
     try_number: int,
     deployment_id: str | None = None,
+    loop: LoopRegion | None = None,
 ) -> dict[str, str]:
-    """The labels of a job of this task instance; ``deployment_id`` as in ``task_instance_key``."""
+    """The labels of a job of this task instance; ``deployment_id`` and ``loop`` as in ``task_instance_key``."""
     map_index = -1 if map_index is None else map_index
     deployment = resolve_deployment_id(deployment_id)
     labels = {
@@ -125,10 +162,16 @@ def task_instance_labels(
         RUN_ID_LABEL: sanitize_label_value(run_id),
         MAP_INDEX_LABEL: sanitize_label_value(map_index),
         TRY_NUMBER_LABEL: sanitize_label_value(try_number),
-        TASK_INSTANCE_LABEL: task_instance_key(dag_id, task_id, run_id, map_index, deployment),
+        TASK_INSTANCE_LABEL: task_instance_key(dag_id, task_id, run_id, map_index, deployment, loop),
         DEPLOYMENT_LABEL: deployment_label_value(deployment),
     }
     labels[DAG_KEY_LABEL] = dag_key(dag_id)
+    if loop is not None:
+        # Exact values (a UUID and two integers fit a label value as they are): the cleanup and the UI
+        # recompute the key from them, and the key, not these, decides whose the job is.
+        labels[REGION_ID_LABEL] = loop.region_id
+        labels[REGION_INDEX_LABEL] = str(loop.region_index)
+        labels[LOOP_ITERATION_LABEL] = str(loop.iteration)
     if map_index < 0:
         # An unmapped task (map_index -1): "-1" is no valid label value and sanitizing it gives "1",
         # which would claim map index 1. Like the cncf pod operator, leave the label off.
@@ -154,6 +197,16 @@ def task_instance_annotations(dag_id: str, task_id: str, *, wait_for_completion:
         TASK_ID_ANNOTATION: task_id,
         WAIT_FOR_COMPLETION_ANNOTATION: "true" if wait_for_completion else "false",
     }
+
+
+def loop_region_of(labels: Mapping[str, str]) -> LoopRegion | None:
+    """The ``LoopRegion`` a looped job's labels name; None for a job made outside a loop (or unreadable
+    labels, which then match no looped instance's key)."""
+    region_id, index = labels.get(REGION_ID_LABEL), labels.get(REGION_INDEX_LABEL) or ""
+    iteration = labels.get(LOOP_ITERATION_LABEL) or ""
+    if not region_id or not index.isdigit():
+        return None
+    return LoopRegion(region_id, int(index), int(iteration) if iteration.isdigit() else -1)
 
 
 def label_selector(labels: Mapping[str, str]) -> str:

@@ -36,8 +36,10 @@ from airflow_provider_disttrain.ownership.naming import (
     TASK_ID_LABEL,
     TASK_INSTANCE_LABEL,
     WAIT_FOR_COMPLETION_ANNOTATION,
+    LoopRegion,
     deployment_label_value,
     legacy_task_instance_key,
+    loop_region_of,
     resolve_deployment_id,
     task_instance_key,
 )
@@ -57,6 +59,7 @@ KEPT_ACTIVE = "its task instance is active"
 KEPT_FINISHED = "the job has finished"
 KEPT_IN_GRACE = "orphaned, within the grace period"
 KEPT_OTHER_DEPLOYMENT = "made by another Airflow deployment"
+KEPT_LOOP_RUNNING = "its Task Loop is still running"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class JobOwner:
     task_instance_key: str
     deployment: str | None = None
     """The ``DEPLOYMENT_LABEL`` value (a hash of the deployment id); None on jobs made before it existed."""
+    loop: LoopRegion | None = None
+    """Where in an Airflow 3.4 Task Loop the task instance ran (its labels); None outside a loop."""
 
 
 def job_owner(job: Mapping[str, Any]) -> JobOwner | None:
@@ -89,7 +94,7 @@ def job_owner(job: Mapping[str, Any]) -> JobOwner | None:
         return None
     map_index = labels.get(MAP_INDEX_LABEL)  # absent for an unmapped task (see task_instance_labels)
     index = int(map_index) if map_index and map_index.isdigit() else -1
-    return JobOwner(dag_id, task_id, index, key, labels.get(DEPLOYMENT_LABEL))
+    return JobOwner(dag_id, task_id, index, key, labels.get(DEPLOYMENT_LABEL), loop_region_of(labels))
 
 
 def another_deployments(owner: JobOwner, deployment_id: str | None = None) -> bool:
@@ -111,16 +116,20 @@ def find_task_instance(
 ) -> tuple[str, str | None] | None:
     """``(run id, state)`` of the owner's task instance among ``get_task_states(dag_id, task_ids=[task])``'s
     answer; None when no run of that DAG has it (its run deleted, or the job is another Airflow's).
-    ``deployment_id``: this Airflow's (None: from the configuration)."""
+    ``deployment_id``: this Airflow's (None: from the configuration).
+
+    For a task in a Task Loop, Airflow answers the state of the loop's newest iteration only (under the
+    same name for every iteration): the key, which hashes the job's own region, still says the job is of
+    that run, and ``judge`` reads the state as the newest iteration's, not necessarily the job's."""
     if another_deployments(owner, deployment_id):
         return None
     deployment = resolve_deployment_id(deployment_id)
     name = task_state_name(owner.task_id, owner.map_index)
     for run_id, states in task_states.items():
         key = (
-            legacy_task_instance_key(owner.dag_id, owner.task_id, run_id, owner.map_index)
+            legacy_task_instance_key(owner.dag_id, owner.task_id, run_id, owner.map_index, owner.loop)
             if owner.deployment is None
-            else task_instance_key(owner.dag_id, owner.task_id, run_id, owner.map_index, deployment)
+            else task_instance_key(owner.dag_id, owner.task_id, run_id, owner.map_index, deployment, owner.loop)
         )
         if name in states and key == owner.task_instance_key:
             return run_id, states[name]
@@ -191,6 +200,12 @@ def judge(
     if task_instance is None:
         return Verdict(Action.KEEP, f"{KEPT_UNKNOWN} its labels", KEPT_UNKNOWN)
     run_id, state = task_instance
+    if state not in ENDED_STATES and owner is not None and owner.loop is not None:
+        # The state is the loop's newest iteration's: this job's iteration may have ended long ago or be
+        # the one running. Iterations run one after another, so once the newest has ended this one has too
+        # (judged below); until then nothing is marked or deleted, and a mark stays for that time.
+        described = f"{KEPT_LOOP_RUNNING} (run {run_id}, newest iteration {state or 'cleared'})"
+        return Verdict(Action.KEEP, described, KEPT_LOOP_RUNNING)
     if state not in ENDED_STATES:
         described = f"its task instance (run {run_id}) is {state or 'cleared'}"
         return Verdict(Action.UNMARK, f"{described} again") if marked else Verdict(Action.KEEP, described, KEPT_ACTIVE)

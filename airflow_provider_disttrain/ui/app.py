@@ -41,7 +41,12 @@ from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.hooks.training_job import MAX_EVENT_PODS
 from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.operators.links import CONFIG_SECTION
-from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL, legacy_task_instance_key, task_instance_key
+from airflow_provider_disttrain.ownership.naming import (
+    TASK_INSTANCE_LABEL,
+    LoopRegion,
+    legacy_task_instance_key,
+    task_instance_key,
+)
 from airflow_provider_disttrain.pods.logs import leader_pods
 from airflow_provider_disttrain.ui import view
 from airflow_provider_disttrain.ui.bounded import DEFAULT_REQUEST_SECONDS, BoundedHook, Budget
@@ -215,8 +220,21 @@ def create_app() -> FastAPI:
         dependencies=[Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE))],
     )
     def task_instance_job(
-        dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: Annotated[int, Query()] = -1
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        session: SessionDep,
+        map_index: Annotated[int, Query()] = -1,
+        region_id: Annotated[str | None, Query()] = None,
+        region_index: Annotated[int | None, Query()] = None,
     ) -> dict[str, Any]:
+        # Airflow 3.4's UI names a task instance in a Task Loop by region_id and region_index (in its URL,
+        # which the tab forwards): the iteration's own job, never the newest iteration's.
+        loop = (
+            LoopRegion(region_id, region_index, region_index)
+            if region_id and region_index is not None and region_id != view.SENTINEL_REGION_ID
+            else None
+        )
         namespace = _job_namespace(session, dag_id, run_id, task_id, map_index)
         # Back to the pool before waiting for the cluster: requests waiting on one LIST must not hold
         # the connections that LIST may need (the hook reads its connection on first use).
@@ -228,11 +246,19 @@ def create_app() -> FastAPI:
                 jobs = state.jobs(namespaces)
             except Exception as error:
                 raise _cluster_error(error) from error
-            job = view.newest_job_of(
-                jobs,
-                task_instance_key(dag_id, task_id, run_id, map_index),
-                legacy_task_instance_key(dag_id, task_id, run_id, map_index),
+            job = (
+                view.newest_job_of(jobs, task_instance_key(dag_id, task_id, run_id, map_index, loop=loop))
+                if loop
+                else None
             )
+            # A mapped task has a region on 3.4 whether in a loop or not (region index = map index): its job
+            # may carry the key without one. A task of a loop's body (map index -1) has only its loop key.
+            if job is None and (loop is None or loop.region_index == map_index):
+                job = view.newest_job_of(
+                    jobs,
+                    task_instance_key(dag_id, task_id, run_id, map_index),
+                    legacy_task_instance_key(dag_id, task_id, run_id, map_index),
+                )
             if job is None:
                 raise HTTPException(
                     status_code=404,
@@ -278,14 +304,19 @@ def create_app() -> FastAPI:
         rows = [row for row in rows if view.matches(row, state=state, namespace=namespace, dag_id=dag_id)]
         dag_ids = {row["task_instance"]["dag_id"] for row in rows}
         task_ids = {row["task_instance"]["task_id"] for row in rows}
+        # Airflow 3.4: map_index is the region index, and the region tells a loop's iterations apart.
+        region = [TaskInstance.region_id] if hasattr(TaskInstance, "region_id") else []
         tis = session.execute(
-            select(TaskInstance.dag_id, TaskInstance.task_id, TaskInstance.run_id, TaskInstance.map_index)
+            select(TaskInstance.dag_id, TaskInstance.task_id, TaskInstance.run_id, TaskInstance.map_index, *region)
             .where(TaskInstance.dag_id.in_(dag_ids), TaskInstance.task_id.in_(task_ids))
             .order_by(TaskInstance.id.desc())
             .limit(MAX_LINKED_TASK_INSTANCES)
         ).all()
         result = view.page(
-            view.link_task_instances(rows, [(dag, task, run, int(index)) for dag, task, run, index in tis])
+            view.link_task_instances(
+                rows,
+                [(dag, task, run, int(index), *(str(r) for r in region)) for dag, task, run, index, *region in tis],
+            )
         )
         return {**result, "namespaces": current.namespaces, "cluster_lists": current.cache.lists}
 

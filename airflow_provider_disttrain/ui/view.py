@@ -36,9 +36,11 @@ from airflow_provider_disttrain.ownership.naming import (
     TASK_ID_LABEL,
     TASK_INSTANCE_LABEL,
     TRY_NUMBER_LABEL,
+    LoopRegion,
     dag_key,
     deployment_label_value,
     legacy_task_instance_key,
+    loop_region_of,
     resolve_deployment_id,
     sanitize_label_value,
     task_instance_key,
@@ -152,6 +154,7 @@ def task_instance_of(job: Mapping[str, Any]) -> dict[str, Any]:
     (``readable`` replaces ``dag_id`` by the full id it stands for)."""
     labels = _labels(job)
     map_index = labels.get(MAP_INDEX_LABEL)
+    loop = loop_region_of(labels)
     return {
         "dag_id": labels.get(DAG_ID_LABEL),
         "dag_key": labels.get(DAG_KEY_LABEL),
@@ -161,6 +164,10 @@ def task_instance_of(job: Mapping[str, Any]) -> dict[str, Any]:
         "try_number": labels.get(TRY_NUMBER_LABEL),
         "task_instance_key": labels.get(TASK_INSTANCE_LABEL),
         "deployment": labels.get(DEPLOYMENT_LABEL),
+        # In an Airflow 3.4 Task Loop: the coordinates Airflow's UI names the iteration's task instance by.
+        "region_id": loop.region_id if loop else None,
+        "region_index": loop.region_index if loop else None,
+        "loop_iteration": loop.iteration if loop else None,
     }
 
 
@@ -294,16 +301,35 @@ def page(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"jobs": rows, "gpus_per_namespace": per_namespace, "gpus_per_queue": per_queue}
 
 
+# Airflow 3.4's region of a task instance outside every loop and mapping.
+SENTINEL_REGION_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def _loop_keys(ti: tuple[Any, ...]) -> list[str]:
+    """The keys a job of the row ``(dag_id, task_id, run_id, region_index, region_id)`` has if the row is a
+    task instance in a Task Loop: its public map index is -1 (a task of the loop body) or the region index
+    (mapped inside an iteration), which the row does not say; both hash its exact region, so neither
+    can name another task instance's job."""
+    if len(ti) < 5 or ti[4] in (None, SENTINEL_REGION_ID):
+        return []
+    dag_id, task_id, run_id, index, region_id = ti[:5]
+    loop = LoopRegion(str(region_id), int(index), int(index))
+    return [task_instance_key(dag_id, task_id, run_id, map_index, loop=loop) for map_index in (-1, int(index))]
+
+
 def link_task_instances(
-    summaries: Iterable[dict[str, Any]], task_instances: Iterable[tuple[str, str, str, int]]
+    summaries: Iterable[dict[str, Any]], task_instances: Iterable[tuple[Any, ...]]
 ) -> list[dict[str, Any]]:
     """The rows with each job's task instance completed from Airflow's own ``(dag_id, task_id, run_id,
-    map_index)`` rows: the labels hold the run id sanitized, the key hash names the exact instance.
+    map_index[, region_id])`` rows (Airflow 3.4 adds the region, and its ``map_index`` is the region
+    index): the labels hold the run id sanitized, the key hash names the exact instance.
     A job whose task instance is not among them keeps ``run_id`` None (no link)."""
-    task_instances = list(task_instances)
-    by_key = {task_instance_key(*ti): ti for ti in task_instances}
+    task_instances = [tuple(ti) for ti in task_instances]
+    by_key = {task_instance_key(*ti[:4]): ti for ti in task_instances}
+    # A looped job's key hashes its region too (naming.LoopRegion): the iteration's own row links it.
+    by_key.update({key: ti for ti in task_instances for key in _loop_keys(ti)})
     # Jobs made before the deployment label carry the key without the deployment (legacy_task_instance_key).
-    by_legacy_key = {legacy_task_instance_key(*ti): ti for ti in task_instances}
+    by_legacy_key = {legacy_task_instance_key(*ti[:4]): ti for ti in task_instances}
     linked = []
     for row in summaries:
         instance = row["task_instance"]

@@ -49,7 +49,19 @@ document.addEventListener("click", (event) => {
   window.top.dispatchEvent(new PopStateEvent("popstate"));
 });
 
-function taskInstanceHref(dagId, runId, taskId, mapIndex) {
+function taskInstanceHref(dagId, runId, taskId, mapIndex, regionId, regionIndex) {
   const mapped = mapIndex >= 0 ? `/mapped/${mapIndex}` : "";
-  return `/dags/${encodeURIComponent(dagId)}/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(taskId)}${mapped}`;
+  // Airflow 3.4 names an iteration of a Task Loop by region_id and region_index in the query string.
+  const region = regionId ? `?${new URLSearchParams({region_id: regionId, region_index: String(regionIndex)})}` : "";
+  return `/dags/${encodeURIComponent(dagId)}/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(taskId)}${mapped}${region}`;
+}
+
+// The Task Loop iteration (Airflow 3.4) of the task instance page this tab is framed in: its URL's
+// region_id and region_index, which the tab's URL template cannot carry. None outside a loop.
+function framingRegion() {
+  let search = "";
+  try { search = window.top.location.search; } catch (error) { return null; }  // framed elsewhere
+  const params = new URLSearchParams(search);
+  const regionId = params.get("region_id"), regionIndex = params.get("region_index");
+  return regionId && /^\d+$/.test(regionIndex || "") ? {regionId, regionIndex} : null;
 }

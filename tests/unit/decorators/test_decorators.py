@@ -178,3 +178,28 @@ def test_a_context_parameter_is_refused_it_does_not_exist_inside_the_job() -> No
 
     with pytest.raises(ValueError, match="parameter 'ti' is an Airflow context key"):
         task.mpi_job(image="x")(uses_context)()
+
+
+def test_a_loop_parameter_inside_a_task_loop_is_refused_it_does_not_exist_inside_the_job() -> None:
+    """Airflow 3.4 fills ``loop`` from the context inside a Task Loop; the job would fail with a missing argument."""
+    task_group = pytest.importorskip("airflow.sdk").task_group
+    pytest.importorskip("airflow.sdk.definitions._internal.loop", reason="Task Loops are new in Airflow 3.4")
+    from airflow.sdk import DAG
+
+    def uses_loop(*, loop=None) -> None:
+        return None
+
+    @task_group
+    def body() -> Any:
+        return task.pytorch_job(image="x")(uses_loop)()
+
+    with DAG("looped"), pytest.raises(ValueError, match="parameter 'loop' is an Airflow context key"):
+        body.loop(max_iterations=2)
+
+
+def test_a_loop_parameter_outside_a_task_loop_is_an_ordinary_argument() -> None:
+    def takes_loop(loop: int = 0) -> int:
+        return loop
+
+    operator = task.pytorch_job(image="x")(takes_loop)(loop=3).operator
+    assert operator.op_kwargs == {"loop": 3}

@@ -87,7 +87,8 @@ def test_the_ready_policy_on_this_airflow() -> None:
         return
     from airflow.sdk.definitions.retry_policy import RetryAction, RetryDecision, RetryPolicy
 
-    policy = retry_policy.DisttrainRetryPolicy(infrastructure_delay=timedelta(seconds=30))
+    # max_reschedules=0: an eviction is retried on every version (3.4 reschedules it otherwise, tested below).
+    policy = retry_policy.DisttrainRetryPolicy(infrastructure_delay=timedelta(seconds=30), max_reschedules=0)
     assert isinstance(policy, RetryPolicy)
     training = policy.evaluate(classed_error(JobFailedError, TRAINING, "m"), try_number=1, max_tries=3)
     assert training == RetryDecision(RetryAction.FAIL, None, "the training's own failure (OOMKilled): not retried")
@@ -183,3 +184,55 @@ def test_a_startup_deadline_is_the_infrastructure_class() -> None:
         "reason": "timeout",
         "evidence": ["the wait ended: timeout"],
     }
+
+
+PREEMPTED = {"class": "infrastructure", "reason": "Preempted", "evidence": ["master-0: pod Preempted (Kueue)"]}
+NODE_LOST = {"class": "infrastructure", "reason": "DeletionByTaintManager", "evidence": ["worker-0: node NotReady"]}
+IMAGE_PULL = {"class": "infrastructure", "reason": "ImagePullBackOff", "evidence": ["master-0: ImagePullBackOff"]}
+
+
+def test_every_rescheduled_reason_is_a_disruption_the_classifier_knows() -> None:
+    from airflow_provider_disttrain.failures.failure_class import DISRUPTION, INFRASTRUCTURE, REASONS
+
+    known = {
+        reason for (_, reason), (cls, strength) in REASONS.items() if (cls, strength) == (INFRASTRUCTURE, DISRUPTION)
+    }
+    assert known >= retry_policy.DISRUPTIONS
+
+
+@pytest.mark.parametrize("failure", [PREEMPTED, NODE_LOST], ids=["kueue-preemption", "node-lost"])
+def test_a_preemption_or_a_lost_node_reschedules_only_when_asked(failure: dict[str, Any]) -> None:
+    error = classed_error(JobFailedError, failure, "m")
+
+    rescheduled = decide(error, timedelta(minutes=1), reschedule=True)
+
+    assert (rescheduled.action, rescheduled.delay) == ("reschedule", timedelta(minutes=1))
+    assert rescheduled.reason is not None and "rescheduled without using a retry" in rescheduled.reason
+    assert decide(error, timedelta(minutes=1)).action == "retry"  # Airflow 3.3: as before
+    assert decide(classed_error(JobFailedError, IMAGE_PULL, "m"), reschedule=True).action == "retry"
+
+
+def test_the_policy_reschedules_a_preemption_on_airflow_3_4_and_retries_it_before() -> None:
+    """3.4+: RESCHEDULE bounded by max_reschedules (a retry is not used); 3.3: RETRY, as it always was."""
+    if not HAS_RETRY_POLICY:
+        pytest.skip("Airflow 3.2 has no retry_policy (test_the_ready_policy_on_this_airflow)")
+    from airflow.sdk.definitions.retry_policy import RetryAction, RetryDecision
+
+    policy = retry_policy.DisttrainRetryPolicy(infrastructure_delay=timedelta(seconds=30), max_reschedules=5)
+    decision = policy.evaluate(classed_error(JobFailedError, PREEMPTED, "m"), try_number=1, max_tries=3)
+    if hasattr(RetryAction, "RESCHEDULE"):
+        assert (decision.action, decision.max_reschedules, decision.retry_delay) == (
+            RetryAction.RESCHEDULE,
+            5,
+            timedelta(seconds=30),
+        )
+    else:
+        assert decision == RetryDecision(
+            RetryAction.RETRY, timedelta(seconds=30), "the infrastructure's failure (Preempted): retried"
+        )
+    never = retry_policy.DisttrainRetryPolicy(max_reschedules=0)
+    assert never.evaluate(classed_error(JobFailedError, PREEMPTED, "m"), 1, 3).action is RetryAction.RETRY
+    assert type(policy).deserialize(policy.serialize()).max_reschedules == 5
+    assert type(policy).deserialize({"infrastructure_delay": 60.0}).max_reschedules == 3  # a DAG serialized before
+    with pytest.raises(ValueError, match="max_reschedules"):
+        retry_policy.DisttrainRetryPolicy(max_reschedules=-1)
