@@ -5,7 +5,8 @@ traceback, a non-zero exit, an OOMKill: ``TrainingFailureError``) or the infrast
 a preemption, a lost node, an image pull, a deadline: ``InfrastructureFailureError``).
 ``DisttrainRetryPolicy`` fails the task at once on the first (eight GPUs are not spent again on a bug)
 and on a job Kueue can never admit, retries the second after ``infrastructure_delay`` (within
-``retries``), and leaves any other error to ``retries`` and ``retry_delay``.
+``retries``), and leaves any other error to ``retries`` and ``retry_delay``. On Airflow 3.4 a
+preemption, a drained or a lost node is rescheduled instead, without using a retry (``max_reschedules``).
 
 Whatever happened, ``explain`` reads the failure's class from the training task's XCom ``failure``
 (``{"class", "reason", "evidence"}``). Needs Airflow 3.3; see docs/guides/failures.md.
