@@ -59,4 +59,7 @@ def test_the_masters_log_is_streamed_once_while_deferred(executing, run_dag, job
     assert copied == [text for _, text in stamped]
     job = jobs.get("pytorchjobs", executing, name)
     pod, cursor = decode_position(job["metadata"]["annotations"][LOG_POSITION_ANNOTATION])
-    assert (pod, cursor.at, cursor.count) == (master, stamped[-1][0], 1)
+    # The position of the last line the trigger streamed. Which line that is depends on when the trigger saw
+    # the job end (on a busy machine, before the last line reached it): the lines after it are the task's
+    # final copy's, and each line was written once either way (checked above).
+    assert (pod, cursor.count) == (master, 1) and cursor.at in [at for at, _ in stamped], (cursor, stamped)
