@@ -12,13 +12,14 @@ and ``state`` are the last look at the job, which says nothing of how it is doin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider_disttrain.job.view import JobRef, JobView
 from airflow_provider_disttrain.kueue import held_by_kueue, startup_clock_shift
 from airflow_provider_disttrain.kueue_admission import NeverAdmitted
-from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result, job_state
+from airflow_provider_disttrain.status import JobState, describe_state, has_run, job_result
 
 SUCCESS = "success"
 FAILED = "failed"
@@ -28,38 +29,25 @@ LOST_CONTACT = "lost_contact"
 ERROR = "error"
 
 
-@dataclass(frozen=True)
-class JobRef:
-    """Which job a wait is about; ``uid`` pins the exact object, not just the name."""
-
-    kind: str
-    name: str
-    namespace: str
-    uid: str | None = None
-
-    @property
-    def title(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
-
-
 def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return conclude(JobView.observe(ref, job or None), status, message)
+
+
+def conclude(view: JobView, status: str, message: str) -> dict[str, Any]:
+    """The outcome ``status`` of the wait for ``view``'s job, with its last look at the job."""
+    ref, job = view.ref, view.job
     return {
         "status": status,
         "kind": ref.kind,
         "name": ref.name,
         "namespace": ref.namespace,
-        "state": job_state(job).value if job else None,
+        "state": view.state.value if view.state is not None else None,
         "message": message,
         "job": job_result(job, ref.kind) if job else None,
     }
 
 
 _NOT_STARTED_STATES = (None, JobState.QUEUED, JobState.SUSPENDED)
-
-
-def _not_started(state: JobState, job: Mapping[str, Any], seen_running: bool) -> bool:
-    """Whether the startup limit still applies: the job has not run yet, as far as anyone can tell."""
-    return state in _NOT_STARTED_STATES and not (seen_running or has_run(job))
 
 
 def startup_deadline_for(job: Mapping[str, Any] | None, startup_deadline: float | None) -> float | None:
@@ -80,9 +68,9 @@ def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
     return job is not None and held_by_kueue(job) and not (ran or has_run(job))
 
 
-def _last_state(job: Mapping[str, Any], waiting_reason: str | None) -> str:
-    described = describe_state(job)
-    return f"{described}; Kueue: {waiting_reason}" if waiting_reason and held_by_kueue(job) else described
+def _last_state(view: JobView) -> str:
+    described = describe_state(view.job or {})
+    return f"{described}; Kueue: {view.waiting_reason}" if view.waiting_reason else described
 
 
 def lost_contact(
@@ -127,46 +115,58 @@ def check_job(
     (``kueue_admission.never_admitted`` of the job's Workload) ends the wait for a first admission at
     once: Kueue said it never will, so waiting would only end at ``queue_timeout``.
     """
-    if job is None:
+    view = JobView.observe(ref, job, waiting_reason=waiting_reason, never_admitted=never_admitted)
+    view = replace(view, has_run=True) if has_run and not view.has_run else view
+    return judge(
+        view,
+        now=now,
+        startup_deadline=startup_deadline,
+        execution_deadline=execution_deadline,
+        queue_deadline=queue_deadline,
+    )
+
+
+def judge(
+    view: JobView,
+    *,
+    now: float,
+    startup_deadline: float | None = None,
+    execution_deadline: float | None = None,
+    queue_deadline: float | None = None,
+) -> dict[str, Any] | None:
+    """``check_job`` of one observation: the outcome if the wait for ``view``'s job is over, else None."""
+    ref, job, state = view.ref, view.job, view.state
+    if job is None or state is None:
         return job_gone(ref)
-    uid = (job.get("metadata") or {}).get("uid")
-    if ref.uid and uid and uid != ref.uid:
-        return make_outcome(
-            ref,
+    if ref.uid and view.uid and view.uid != ref.uid:
+        return conclude(
+            view,
             ERROR,
-            f"{ref.title} was deleted and recreated outside this task (uid {uid}, expected {ref.uid})",
-            job,
+            f"{ref.title} was deleted and recreated outside this task (uid {view.uid}, expected {ref.uid})",
         )
-    state = job_state(job)
     if state is JobState.SUCCEEDED:
-        return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
+        return conclude(view, SUCCESS, f"{ref.title} succeeded")
     if state is JobState.FAILED:
-        return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)
-    if never_admitted is not None and queue_deadline_applies(job, has_run):
-        return make_outcome(ref, INADMISSIBLE, f"{ref.title} was not admitted: {never_admitted.describe()}", job)
+        return conclude(view, FAILED, f"{ref.title} failed: {describe_state(job)}")
+    awaits_admission = view.hold is not None and not view.has_run  # ``queue_deadline_applies``
+    if view.never_admitted is not None and awaits_admission:
+        return conclude(view, INADMISSIBLE, f"{ref.title} was not admitted: {view.never_admitted.describe()}")
     if execution_deadline is not None and now >= execution_deadline:
-        return make_outcome(
-            ref,
+        return conclude(
+            view,
             TIMEOUT,
-            f"{ref.title} did not finish within the task's execution_timeout; last state: "
-            f"{_last_state(job, waiting_reason)}",
-            job,
+            f"{ref.title} did not finish within the task's execution_timeout; last state: {_last_state(view)}",
         )
-    if queue_deadline is not None and now >= queue_deadline and queue_deadline_applies(job, has_run):
-        return make_outcome(
-            ref,
+    if queue_deadline is not None and now >= queue_deadline and awaits_admission:
+        return conclude(
+            view,
             TIMEOUT,
-            f"{ref.title} was not admitted by Kueue within queue_timeout; last state: "
-            f"{_last_state(job, waiting_reason)}",
-            job,
+            f"{ref.title} was not admitted by Kueue within queue_timeout; last state: {_last_state(view)}",
         )
     startup_deadline = startup_deadline_for(job, startup_deadline)
-    if startup_deadline is not None and now >= startup_deadline and _not_started(state, job, has_run):
-        return make_outcome(
-            ref,
-            TIMEOUT,
-            f"{ref.title} did not start within startup_timeout; last state: {describe_state(job)}",
-            job,
+    if startup_deadline is not None and now >= startup_deadline and state in _NOT_STARTED_STATES and not view.has_run:
+        return conclude(
+            view, TIMEOUT, f"{ref.title} did not start within startup_timeout; last state: {describe_state(job)}"
         )
     return None
 
@@ -214,9 +214,9 @@ def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] 
     Any other outcome, or a job still unfinished, gone, or another under the same name (``same_job``),
     is returned as it is (the same object).
     """
-    job = same_job(ref, job)
-    if outcome["status"] != TIMEOUT or job is None or not job_state(job).is_terminal:
+    view = JobView.observe(ref, same_job(ref, job))
+    if outcome["status"] != TIMEOUT or view.job is None or not view.is_terminal:
         return outcome
-    if job_state(job) is JobState.SUCCEEDED:
-        return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
-    return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)
+    if view.state is JobState.SUCCEEDED:
+        return conclude(view, SUCCESS, f"{ref.title} succeeded")
+    return conclude(view, FAILED, f"{ref.title} failed: {describe_state(view.job)}")

@@ -29,6 +29,7 @@ from airflow_provider_disttrain.gpus import gpus_held
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import classify
 from airflow_provider_disttrain.hooks.workload_follower import WorkloadFollower
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.kueue import held_by_kueue
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
@@ -39,7 +40,7 @@ from airflow_provider_disttrain.parameters import (
     DEFAULT_PROGRESS_INTERVAL_SECONDS,
 )
 from airflow_provider_disttrain.progress import ProgressTracker
-from airflow_provider_disttrain.status import JobState, has_run, job_state
+from airflow_provider_disttrain.status import JobState
 from airflow_provider_disttrain.triggers import watch_trouble
 from airflow_provider_disttrain.triggers.stored_kwargs import stored_connection, stored_kwargs, warn_newer_kwargs
 
@@ -151,7 +152,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.delete_on_kill = delete_on_kill
         self.stream_logs = stream_logs
         self.stream_logs_bytes_per_second = stream_logs_bytes_per_second
-        self._seen_running = False
+        self._view: JobView | None = None  # the last look at the job: what it saw run stays run
         self._log_follower: LeaderLogFollower | None = None
         self._workload = WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
@@ -185,28 +186,18 @@ class TrainingJobTrigger(BaseTrigger):
         """The deadlines the operator computed (they travel flat in the kwargs: the stored format)."""
         return Deadlines(startup=self.startup_deadline, queue=self.queue_deadline, execution=self.execution_deadline)
 
-    def _check(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
-        if job is not None and job_state(job) is JobState.RUNNING:
-            # A suspended MPIJob's conditions forget that it ran; the startup limit must not return.
-            self._seen_running = True
-        return self.deadlines.check(
-            self.ref,
-            job,
-            now=self._clock().wall(),
-            has_run=self._seen_running,
-            waiting_reason=self._waiting_reason,
-            never_admitted=self._workload.never_admitted,
+    def _observe(self, job: Mapping[str, Any] | None) -> JobView:
+        """The view of this look at the job, with what its Workload said (the one read of its state)."""
+        never_admitted = self._workload.never_admitted
+        self._view = JobView.observe(
+            self.ref, job, previous=self._view, waiting_reason=self._waiting_reason, never_admitted=never_admitted
         )
+        return self._view
 
-    def _remaining(self, job: dict[str, Any] | None) -> float | None:
-        return self.deadlines.seconds_left(
-            job_state(job) if job else None,
-            now=self._clock().wall(),
-            job=job,
-            has_run=self._seen_running or (job is not None and has_run(job)),
-        )
+    def _check(self, job: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        return self.deadlines.judge(self._observe(job), now=self._clock().wall())
 
-    async def _observe_queue(self, job: dict[str, Any] | None, subscription: Subscription) -> None:
+    async def _observe_queue(self, job: Mapping[str, Any] | None, subscription: Subscription) -> None:
         """Follow the Workload of a job Kueue holds: why it waits goes to the progress lines and timeouts."""
         if job is None or not held_by_kueue(job):  # the common case, and every job on a cluster without Kueue
             self._waiting_reason = None
@@ -272,7 +263,7 @@ class TrainingJobTrigger(BaseTrigger):
     async def _follow(self, subscription: Subscription, *, labelled_only: bool) -> dict[str, Any] | None:
         """Judge each view of the job until the wait is over (its outcome); None hands over to a name watch."""
         looked_up = False
-        last_job: dict[str, Any] | None = None
+        last: JobView | None = None
         # A GET's view of the job that is newer than the watch's (a timeout was about to be judged on
         # a cache that had missed a change): used until the watch's view of the job moves.
         confirmed: tuple[str | None, dict[str, Any]] | None = None
@@ -282,16 +273,13 @@ class TrainingJobTrigger(BaseTrigger):
                 job = entry.job
                 if confirmed is not None and confirmed[0] == _version(job):
                     job = confirmed[1]
-                last_job = job
-                self._follow_logs(job, subscription)
-                await self._observe_queue(job, subscription)
-                self._report_progress(job, self._waiting_reason)
-                if (outcome := self._check(job)) and confirmed is None and outcome["status"] == TIMEOUT:
-                    fresh = await self._read_quietly(subscription)
-                    if fresh is not None:
-                        confirmed = (_version(entry.job), fresh)
-                        last_job = fresh
-                        outcome = self._check(fresh)
+                last = await self._look(job, subscription)
+                outcome = self.deadlines.judge(last, now=self._clock().wall())
+                timed_out = outcome is not None and confirmed is None and outcome["status"] == TIMEOUT
+                if timed_out and (fresh := await self._read_quietly(subscription)) is not None:
+                    confirmed = (_version(entry.job), fresh)
+                    last = self._observe(fresh)
+                    outcome = self.deadlines.judge(last, now=self._clock().wall())
                 if outcome:
                     return outcome
                 if entry.deleted:
@@ -314,20 +302,25 @@ class TrainingJobTrigger(BaseTrigger):
                     looked_up = True
                     if found is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(found):
                         return None
-                    if found is not None:
-                        self._follow_logs(found, subscription)
-                        await self._observe_queue(found, subscription)
-                        self._report_progress(found, self._waiting_reason)
-                    if outcome := self._check(found):
+                    last = await self._look(found, subscription) if found is not None else self._observe(None)
+                    if outcome := self.deadlines.judge(last, now=self._clock().wall()):
                         return outcome
-                    last_job = found
+            last_job = last.job if last is not None else None
             if outcome := await self._look_for_refusal(last_job, subscription):
                 return outcome
             if outcome := self._judge_problem(subscription.problem, subscription.watch.ever_synced, last_job):
                 return outcome
             if outcome := await self._check_deadline_unseen(last_job, subscription):
                 return outcome
-            await subscription.wait(self._next_wake(subscription.problem, last_job))
+            await subscription.wait(self._next_wake(subscription.problem, last))
+
+    async def _look(self, job: Mapping[str, Any], subscription: Subscription) -> JobView:
+        """Take in one look at the job: its Workload, its view, the leader's log, the progress line."""
+        await self._observe_queue(job, subscription)
+        view = self._observe(job)
+        self._follow_logs(view, subscription)
+        self._report_progress(view)
+        return view
 
     @property
     def _refusal_looks(self) -> RefusalLooks:
@@ -335,7 +328,9 @@ class TrainingJobTrigger(BaseTrigger):
             self._looks = RefusalLooks(get_job_kind(self.kind))
         return self._looks
 
-    async def _look_for_refusal(self, job: dict[str, Any] | None, subscription: Subscription) -> dict[str, Any] | None:
+    async def _look_for_refusal(
+        self, job: Mapping[str, Any] | None, subscription: Subscription
+    ) -> dict[str, Any] | None:
         """The refusal outcome when the job's controller refused it (``controller_refusal``): its Warning
         events are read while it has no condition, at most every ``LOOK_EVERY_SECONDS`` (the job itself
         never changes then, so ``_next_wake`` brings the trigger back for the next look)."""
@@ -363,9 +358,9 @@ class TrainingJobTrigger(BaseTrigger):
             )
             return None
 
-    def _follow_logs(self, job: Mapping[str, Any], subscription: Subscription) -> None:
+    def _follow_logs(self, view: JobView, subscription: Subscription) -> None:
         """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends)."""
-        if not self.stream_logs or self._log_follower is not None or job_state(job) is not JobState.RUNNING:
+        if not self.stream_logs or self._log_follower is not None or view.state is not JobState.RUNNING:
             return
         self._log_follower = LeaderLogFollower(
             subscription.watch.cluster,
@@ -385,11 +380,13 @@ class TrainingJobTrigger(BaseTrigger):
         if follower is not None:
             await follower.end(save)
 
-    def _report_progress(self, job: Mapping[str, Any], waiting_reason: str | None = None) -> None:
+    def _report_progress(self, view: JobView) -> None:
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""
-        if line := self._progress.observe(job, now=self._clock().wall(), waiting_reason=waiting_reason):
+        job, state = view.job, view.state
+        if job is None or state is None:
+            return
+        if line := self._progress.observe(job, now=self._clock().wall(), waiting_reason=self._waiting_reason):
             self.log.info("%s: %s", self.ref.title, line)
-        state = job_state(job)
         if state.is_terminal:
             telemetry.census.forget(self._census_key)
         else:
@@ -401,14 +398,14 @@ class TrainingJobTrigger(BaseTrigger):
         return f"{self.ref.title}#{id(self)}"
 
     def _judge_problem(
-        self, problem: WatchProblem | None, had_access: bool, job: dict[str, Any] | None
+        self, problem: WatchProblem | None, had_access: bool, job: Mapping[str, Any] | None
     ) -> dict[str, Any] | None:
         """An error outcome when the watch's trouble has lasted longer than this trigger tolerates."""
         tolerance, clock = self.api_failure_tolerance, self._clock()
         return watch_trouble.judge_problem(self.ref, problem, had_access, job, tolerance=tolerance, clock=clock)
 
     async def _check_deadline_unseen(
-        self, job: dict[str, Any] | None, subscription: Subscription
+        self, job: Mapping[str, Any] | None, subscription: Subscription
     ) -> dict[str, Any] | None:
         """The execution deadline still ends a wait whose job could not be read yet (after one GET
         more, which may find the job finished)."""
@@ -420,10 +417,10 @@ class TrainingJobTrigger(BaseTrigger):
             self.ref, TIMEOUT, f"{self.ref.title} did not finish within the task's execution_timeout", None
         )
 
-    def _next_wake(self, problem: WatchProblem | None, job: dict[str, Any] | None) -> float | None:
+    def _next_wake(self, problem: WatchProblem | None, view: JobView | None) -> float | None:
         """Seconds until this trigger must look again even if nothing changes: its next deadline."""
-        clock = self._clock()
-        remaining = self._remaining(job)
+        clock, job = self._clock(), view.job if view is not None else None
+        remaining = self.deadlines.wake_in(view, now=clock.wall())
         if remaining is not None and remaining <= 0:
             # A deadline that passed without ending the wait cannot be judged yet (the watch has not
             # listed the job): wake when the watch changes, never spin.

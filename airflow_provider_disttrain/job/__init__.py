@@ -1,0 +1,1 @@
+"""The job and one observation of it: its kind, state, outcome and deadlines."""
