@@ -35,14 +35,17 @@ from airflow_provider_disttrain.kueue import held_by_kueue
 from airflow_provider_disttrain.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.outcome import ERROR, TIMEOUT, JobRef, make_outcome
-from airflow_provider_disttrain.parameters import (
-    DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
-    DEFAULT_PROGRESS_INTERVAL_SECONDS,
-)
+from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.progress import ProgressTracker
 from airflow_provider_disttrain.status import JobState
 from airflow_provider_disttrain.triggers import watch_trouble
-from airflow_provider_disttrain.triggers.stored_kwargs import stored_connection, stored_kwargs, warn_newer_kwargs
+from airflow_provider_disttrain.triggers.stored_kwargs import (
+    flat_keys,
+    stored_connection,
+    stored_kwargs,
+    stored_values,
+    warn_newer_kwargs,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.shared_watch import Subscription
@@ -77,26 +80,27 @@ class TrainingJobTrigger(BaseTrigger):
     :param uid: the job's uid; a job recreated under the same name is reported, not followed.
     :param connection: how to reach the cluster (``connection.ClusterConnection`` or its ``to_dict()``):
         the connection id and context, read in the triggerer; a kubeconfig only when the task's was a file.
-    :param startup_deadline: epoch seconds by which the job must have left the queued state.
-    :param execution_deadline: epoch seconds by which the job must have finished.
-    :param queue_deadline: epoch seconds by which Kueue must have admitted a job it holds (``queue_timeout``).
-    :param poll_interval: seconds between reads when polling, and the base of the error backoff.
+    :param deadlines: the operator's ``Deadlines`` (epoch seconds) or its stored dict.
+    :param wait_policy: the operator's ``WaitPolicy`` or its stored dict: ``poll_interval`` (the seconds
+        between reads when polling, and the base of the error backoff), ``progress_interval`` (after a
+        burst, at most one progress line per this many seconds), ``api_failure_tolerance`` (seconds of
+        continuous API failure before a ``lost_contact`` event); its timeouts are in ``deadlines``.
+    :param cleanup_policy: the operator's ``CleanupPolicy`` or its stored dict: ``on_kill`` deletes the
+        job when a user kills the deferred task.
     :param watch_timeout: seconds one watch request stays open before it is renewed.
-    :param progress_interval: after a burst, at most one progress line per this many seconds.
     :param gpus_per_replica: GPUs one pod of each replica type asks for (the manifest's, which the watch's
         view leaves out), for the ``disttrain.gpus_held`` metric; None when not known (a sensor).
-    :param api_failure_tolerance: seconds of continuous API failure before giving up with a ``lost_contact``
-        event (the operator's ``WaitPolicy.api_failure_tolerance``); rows stored before it was settable
-        carry 300.
-    :param delete_on_kill: delete the job when a user kills the deferred task.
     :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
     :param stream_logs_bytes_per_second: at most this much of that log is written per second.
     :param kubernetes_conn_id: stored rows of provider versions before ``connection`` (never written now),
         like ``cluster_context``, ``config_dict`` (a shipped kubeconfig) and ``connection_extras``.
-    :param newer_kwargs: keys this version does not know, from a row a newer provider version wrote (a
-        rolling upgrade: a newer worker deferred, an older triggerer rebuilds). They are ignored with a
-        warning, not refused: refusing fails the task; ignored, the job is still waited for with this
-        version's behaviour. A row from an older version lacks the newer keys: each has its default.
+    :param newer_kwargs: first, the keys of rows stored before the values above travelled whole, each
+        one of their fields (``stored_kwargs.FLAT_KEYS``: ``startup_deadline``, ``poll_interval``,
+        ``delete_on_kill``, ...); given, it overrides that field. Then keys this version does not know,
+        from a row a newer provider version wrote (a rolling upgrade: a newer worker deferred, an older
+        triggerer rebuilds). They are ignored with a warning, not refused: refusing fails the task;
+        ignored, the job is still waited for with this version's behaviour. A row from an older version
+        lacks the newer keys: each has its default.
     """
 
     def __init__(
@@ -107,15 +111,11 @@ class TrainingJobTrigger(BaseTrigger):
         namespace: str,
         uid: str | None = None,
         connection: ClusterConnection | Mapping[str, Any] | None = None,
-        startup_deadline: float | None = None,
-        execution_deadline: float | None = None,
-        queue_deadline: float | None = None,
-        poll_interval: float = 10.0,
+        deadlines: Deadlines | Mapping[str, Any] | None = None,
+        wait_policy: WaitPolicy | Mapping[str, Any] | None = None,
+        cleanup_policy: CleanupPolicy | Mapping[str, Any] | None = None,
         watch_timeout: int = 300,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
         gpus_per_replica: Mapping[str, int] | None = None,
-        api_failure_tolerance: float = DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
-        delete_on_kill: bool = True,
         stream_logs: bool = False,
         stream_logs_bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
         kubernetes_conn_id: str | None = None,
@@ -125,7 +125,9 @@ class TrainingJobTrigger(BaseTrigger):
         **newer_kwargs: Any,
     ) -> None:
         super().__init__()
+        flat = flat_keys(newer_kwargs)  # a row stored before the typed values travelled whole, or a caller's
         warn_newer_kwargs(self.log, newer_kwargs, kind, namespace, name)
+        title = JobRef(kind, name, namespace).title
         self.kind = kind
         self.name = name
         self.namespace = namespace
@@ -141,15 +143,10 @@ class TrainingJobTrigger(BaseTrigger):
             namespace=namespace,
             name=name,
         )
-        self.startup_deadline = startup_deadline
-        self.execution_deadline = execution_deadline
-        self.queue_deadline = queue_deadline
-        self.poll_interval = poll_interval
+        typed = {"deadlines": deadlines, "wait_policy": wait_policy, "cleanup_policy": cleanup_policy}
+        self.deadlines, self.wait_policy, self.cleanup_policy = stored_values(typed, flat, log=self.log, title=title)
         self.watch_timeout = watch_timeout
-        self.progress_interval = progress_interval
         self.gpus_per_replica = dict(gpus_per_replica) if gpus_per_replica else None
-        self.api_failure_tolerance = api_failure_tolerance
-        self.delete_on_kill = delete_on_kill
         self.stream_logs = stream_logs
         self.stream_logs_bytes_per_second = stream_logs_bytes_per_second
         self._view: JobView | None = None  # the last look at the job: what it saw run stays run
@@ -157,7 +154,7 @@ class TrainingJobTrigger(BaseTrigger):
         self._workload = WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
-        self._progress = ProgressTracker(interval=progress_interval)
+        self._progress = ProgressTracker(interval=self.wait_policy.progress_seconds)
         self._looks: RefusalLooks | None = None  # when to read the job's Warning events (``controller_refusal``)
         self.clock: Clock | None = None
         """What tells the time (deadlines, outage lengths); the running loop's clock unless set."""
@@ -181,11 +178,6 @@ class TrainingJobTrigger(BaseTrigger):
 
         return AsyncTrainingJobHook.for_connection(self.connection)
 
-    @property
-    def deadlines(self) -> Deadlines:
-        """The deadlines the operator computed (they travel flat in the kwargs: the stored format)."""
-        return Deadlines(startup=self.startup_deadline, queue=self.queue_deadline, execution=self.execution_deadline)
-
     def _observe(self, job: Mapping[str, Any] | None) -> JobView:
         """The view of this look at the job, with what its Workload said (the one read of its state)."""
         never_admitted = self._workload.never_admitted
@@ -203,7 +195,7 @@ class TrainingJobTrigger(BaseTrigger):
             self._waiting_reason = None
             await self._workload.stop()
             return
-        options = {"watch_timeout": float(self.watch_timeout), "poll_interval": float(self.poll_interval)}
+        options = {"watch_timeout": float(self.watch_timeout), "poll_interval": self.wait_policy.poll_seconds}
         self._waiting_reason = await self._workload.follow(job, self.connection, subscription, options, self.log)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -239,7 +231,7 @@ class TrainingJobTrigger(BaseTrigger):
         kind = get_job_kind(self.kind)
         options: dict[str, Any] = {
             "watch_timeout": float(self.watch_timeout),
-            "poll_interval": float(self.poll_interval),
+            "poll_interval": self.wait_policy.poll_seconds,
         }
         connection = self.connection
         async with subscribe(
@@ -401,7 +393,7 @@ class TrainingJobTrigger(BaseTrigger):
         self, problem: WatchProblem | None, had_access: bool, job: Mapping[str, Any] | None
     ) -> dict[str, Any] | None:
         """An error outcome when the watch's trouble has lasted longer than this trigger tolerates."""
-        tolerance, clock = self.api_failure_tolerance, self._clock()
+        tolerance, clock = self.wait_policy.api_failure_tolerance_seconds, self._clock()
         return watch_trouble.judge_problem(self.ref, problem, had_access, job, tolerance=tolerance, clock=clock)
 
     async def _check_deadline_unseen(
@@ -409,7 +401,8 @@ class TrainingJobTrigger(BaseTrigger):
     ) -> dict[str, Any] | None:
         """The execution deadline still ends a wait whose job could not be read yet (after one GET
         more, which may find the job finished)."""
-        if job is not None or self.execution_deadline is None or self._clock().wall() < self.execution_deadline:
+        deadline = self.deadlines.execution
+        if job is not None or deadline is None or self._clock().wall() < deadline:
             return None
         if (fresh := await self._read_quietly(subscription)) is not None and (outcome := self._check(fresh)):
             return outcome
@@ -429,14 +422,14 @@ class TrainingJobTrigger(BaseTrigger):
             remaining,
             self._progress.seconds_until_due(clock.wall()),
             self._refusal_looks.seconds_until_due(job, clock.wall()),
-            watch_trouble.seconds_until_judged(problem, self.api_failure_tolerance, clock),
+            watch_trouble.seconds_until_judged(problem, self.wait_policy.api_failure_tolerance_seconds, clock),
         ]
         known = [wait for wait in waits if wait is not None]
         return min(known) if known else None
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed, clear): delete the job it started."""
-        if not self.delete_on_kill:
+        if not self.cleanup_policy.on_kill:
             return
         self.log.info("Task killed: deleting %s", self.ref.title)
         async with self._hook().job_client() as jobs:

@@ -81,7 +81,7 @@ def test_serialize_keeps_the_defaults() -> None:
     classpath, kwargs = TrainingJobTrigger(kind="PyTorchJob", name="a", namespace="b").serialize()
 
     assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
-    assert kwargs["delete_on_kill"] is True
+    assert kwargs["cleanup_policy"]["on_kill"] is True
     assert kwargs["uid"] is None
 
 
