@@ -12,7 +12,7 @@ and ``state`` are the last look at the job, which says nothing of how it is doin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,6 +27,56 @@ TIMEOUT = "timeout"
 INADMISSIBLE = "inadmissible"
 LOST_CONTACT = "lost_contact"
 ERROR = "error"
+STATUSES = (SUCCESS, FAILED, TIMEOUT, INADMISSIBLE, LOST_CONTACT, ERROR)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a wait for a job ended: one schema for the trigger's event and the task's reading of it.
+
+    ``state`` and ``job`` (the ``job_result`` summary) are the last look at the job, None when there
+    was none (it is gone, or was never read).
+    """
+
+    status: str
+    kind: str
+    name: str
+    namespace: str
+    message: str
+    state: str | None = None
+    job: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"outcome status: {self.status!r} is not one of {', '.join(STATUSES)}")
+
+    @property
+    def ref(self) -> JobRef:
+        """The job the wait was about, with the uid its last look read."""
+        return JobRef(self.kind, self.name, self.namespace, (self.job or {}).get("uid"))
+
+    def to_event(self) -> dict[str, Any]:
+        """The JSON-safe dict a trigger event carries (and Airflow stores) for this outcome."""
+        return {
+            "status": self.status,
+            "kind": self.kind,
+            "name": self.name,
+            "namespace": self.namespace,
+            "state": self.state,
+            "message": self.message,
+            "job": dict(self.job) if self.job is not None else None,
+        }
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> Outcome:
+        """The outcome a trigger event carries. Keys a newer provider version may add are ignored (a
+        rolling upgrade: a newer triggerer fired); one this version needs and the event lacks is refused
+        by name, as is a status it does not know."""
+        known = {field.name: field for field in fields(cls)}
+        required = [name for name, field in known.items() if field.default is MISSING]
+        if missing := [name for name in required if name not in event]:
+            raise ValueError(f"trigger event: missing {', '.join(missing)} (got keys {sorted(event)})")
+        return cls(**{name: event[name] for name in known if name in event})
 
 
 def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -36,15 +86,15 @@ def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] 
 def conclude(view: JobView, status: str, message: str) -> dict[str, Any]:
     """The outcome ``status`` of the wait for ``view``'s job, with its last look at the job."""
     ref, job = view.ref, view.job
-    return {
-        "status": status,
-        "kind": ref.kind,
-        "name": ref.name,
-        "namespace": ref.namespace,
-        "state": view.state.value if view.state is not None else None,
-        "message": message,
-        "job": job_result(job, ref.kind) if job else None,
-    }
+    return Outcome(
+        status,
+        ref.kind,
+        ref.name,
+        ref.namespace,
+        message,
+        state=view.state.value if view.state is not None else None,
+        job=job_result(job, ref.kind) if job else None,
+    ).to_event()
 
 
 _NOT_STARTED_STATES = (None, JobState.QUEUED, JobState.SUSPENDED)

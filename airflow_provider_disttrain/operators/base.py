@@ -41,7 +41,7 @@ from airflow_provider_disttrain.operators.cluster_hook import ClusterConnectionM
 from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
 from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for
-from airflow_provider_disttrain.outcome import JobRef
+from airflow_provider_disttrain.outcome import JobRef, Outcome
 from airflow_provider_disttrain.parameters import (
     IF_EXISTS_CHOICES,
     CleanupPolicy,
@@ -369,8 +369,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         someone else created under the same name, which must not be deleted in our stead);
         ``reattached`` says the job was taken over from an earlier try rather than submitted by this one.
         """
-        uid = job_uid or (event.get("job") or {}).get("uid")
-        self._job_ref = JobRef(self.kind, event["name"], event["namespace"], uid)
+        outcome = Outcome.from_event(event)  # the trigger's event, read back through the schema that wrote it
+        self._job_ref = JobRef(self.kind, outcome.name, outcome.namespace, job_uid or outcome.ref.uid)
+        event = outcome.to_event()
         hook = self.hook
         if reattached and self.identity(context).taken_over_job_vanished(self._job_ref, event):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)

@@ -125,7 +125,8 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        return self._result(event)
+        # The trigger's event, read back through the schema that wrote it (``outcome.Outcome``).
+        return self._result(outcomes.Outcome.from_event(event).to_event())
 
     def _result(self, outcome: dict[str, Any]) -> dict[str, Any]:
         """The job's summary when it succeeded, else the error to fail with; either kept for the lineage."""
