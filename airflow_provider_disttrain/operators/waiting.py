@@ -17,6 +17,7 @@ import tenacity
 from airflow_provider_disttrain.controller_refusal import RefusalLooks, read_refusal, refused
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import Action, classify
+from airflow_provider_disttrain.job.step import Wake, step
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.logs import LogForwarder
 from airflow_provider_disttrain.outcome import lost_contact
@@ -110,15 +111,15 @@ def poll_until_over(
             ref, job, previous=view, waiting_reason=waiting_reason, never_admitted=kueue.never_admitted
         )
         now = clock()
-        if outcome := deadlines.judge(view, now=now):
+        if not isinstance(moved := step(view, deadlines, now), Wake):
             forwarder.forward()
-            return outcome
+            return moved
         if refusal_looks.due(job, now) and (words := read_refusal(hook, kind, ref, job, log)):
             return refused(ref, job or {}, words)
         if view.state != last_state:
             log.info("%s is %s", ref.title, describe_state(job or {}))
             last_state = view.state
-        remaining = deadlines.wake_in(view, now=now)
+        remaining = moved.seconds_from(now)
         sleep(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
 
 

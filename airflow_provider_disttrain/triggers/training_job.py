@@ -29,6 +29,7 @@ from airflow_provider_disttrain.gpus import gpus_held
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import classify
 from airflow_provider_disttrain.hooks.workload_follower import WorkloadFollower
+from airflow_provider_disttrain.job.step import Wake, next_wake, step
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kinds import get_job_kind
 from airflow_provider_disttrain.kueue import held_by_kueue
@@ -150,6 +151,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.stream_logs = stream_logs
         self.stream_logs_bytes_per_second = stream_logs_bytes_per_second
         self._view: JobView | None = None  # the last look at the job: what it saw run stays run
+        self._wake = Wake(None)  # when the next deadline passes, from the last step (``job.step``)
         self._log_follower: LeaderLogFollower | None = None
         self._workload = WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
@@ -186,8 +188,13 @@ class TrainingJobTrigger(BaseTrigger):
         )
         return self._view
 
-    def _check(self, job: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        return self.deadlines.judge(self._observe(job), now=self._clock().wall())
+    def _step(self, view: JobView) -> dict[str, Any] | None:
+        """The wait's step on this look (``job.step``): its outcome, or None (and the next wake kept)."""
+        moved = step(view, self.deadlines, self._clock().wall())
+        if isinstance(moved, Wake):
+            self._wake = moved
+            return None
+        return moved
 
     async def _observe_queue(self, job: Mapping[str, Any] | None, subscription: Subscription) -> None:
         """Follow the Workload of a job Kueue holds: why it waits goes to the progress lines and timeouts."""
@@ -255,6 +262,7 @@ class TrainingJobTrigger(BaseTrigger):
     async def _follow(self, subscription: Subscription, *, labelled_only: bool) -> dict[str, Any] | None:
         """Judge each view of the job until the wait is over (its outcome); None hands over to a name watch."""
         looked_up = False
+        self._wake = next_wake(None, self.deadlines, self._clock().wall())
         last: JobView | None = None
         # A GET's view of the job that is newer than the watch's (a timeout was about to be judged on
         # a cache that had missed a change): used until the watch's view of the job moves.
@@ -266,12 +274,12 @@ class TrainingJobTrigger(BaseTrigger):
                 if confirmed is not None and confirmed[0] == _version(job):
                     job = confirmed[1]
                 last = await self._look(job, subscription)
-                outcome = self.deadlines.judge(last, now=self._clock().wall())
+                outcome = self._step(last)
                 timed_out = outcome is not None and confirmed is None and outcome["status"] == TIMEOUT
                 if timed_out and (fresh := await self._read_quietly(subscription)) is not None:
                     confirmed = (_version(entry.job), fresh)
                     last = self._observe(fresh)
-                    outcome = self.deadlines.judge(last, now=self._clock().wall())
+                    outcome = self._step(last)
                 if outcome:
                     return outcome
                 if entry.deleted:
@@ -295,7 +303,7 @@ class TrainingJobTrigger(BaseTrigger):
                     if found is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(found):
                         return None
                     last = await self._look(found, subscription) if found is not None else self._observe(None)
-                    if outcome := self.deadlines.judge(last, now=self._clock().wall()):
+                    if outcome := self._step(last):
                         return outcome
             last_job = last.job if last is not None else None
             if outcome := await self._look_for_refusal(last_job, subscription):
@@ -401,10 +409,10 @@ class TrainingJobTrigger(BaseTrigger):
     ) -> dict[str, Any] | None:
         """The execution deadline still ends a wait whose job could not be read yet (after one GET
         more, which may find the job finished)."""
-        deadline = self.deadlines.execution
-        if job is not None or deadline is None or self._clock().wall() < deadline:
+        if job is not None or (deadline := self.deadlines.execution) is None or self._clock().wall() < deadline:
             return None
-        if (fresh := await self._read_quietly(subscription)) is not None and (outcome := self._check(fresh)):
+        fresh = await self._read_quietly(subscription)
+        if fresh is not None and (outcome := self._step(self._observe(fresh))):
             return outcome
         return make_outcome(
             self.ref, TIMEOUT, f"{self.ref.title} did not finish within the task's execution_timeout", None
@@ -413,7 +421,7 @@ class TrainingJobTrigger(BaseTrigger):
     def _next_wake(self, problem: WatchProblem | None, view: JobView | None) -> float | None:
         """Seconds until this trigger must look again even if nothing changes: its next deadline."""
         clock, job = self._clock(), view.job if view is not None else None
-        remaining = self.deadlines.wake_in(view, now=clock.wall())
+        remaining = self._wake.seconds_from(clock.wall())
         if remaining is not None and remaining <= 0:
             # A deadline that passed without ending the wait cannot be judged yet (the watch has not
             # listed the job): wake when the watch changes, never spin.
