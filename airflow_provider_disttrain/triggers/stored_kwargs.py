@@ -57,6 +57,9 @@ def stored_kwargs(trigger: Any) -> dict[str, Any]:
     typed values as dicts."""
     kwargs = {key: getattr(trigger, key) for key in STORED_KEYS}
     kwargs["connection"] = trigger.connection.to_dict()
+    # Also flat, for a triggerer of an earlier version in a rolling upgrade: it ignores the typed values,
+    # and without this key it would delete on kill a job the task does not own (a sensor's).
+    kwargs["delete_on_kill"] = trigger.cleanup_policy.on_kill
     return {**kwargs, **{key: _as_dict(kwargs[key]) for key in _TYPED}}
 
 

@@ -216,3 +216,15 @@ async def test_a_stored_row_ends_a_running_job_at_its_stored_execution_deadline(
     assert [(event.payload["status"], event.payload["state"]) for event in events] == [("timeout", "running")]
     assert "execution_timeout" in events[0].payload["message"]
     assert virtual_clock.monotonic() - begun == pytest.approx(60, abs=1)
+
+
+@pytest.mark.parametrize("name", ["operator_deadlines_and_policies", "sensor_unlabelled"])
+def test_todays_row_keeps_the_job_on_kill_for_an_older_triggerer_too(name: str) -> None:
+    """Rolling upgrade, newer worker to older triggerer: the older one ignores ``cleanup_policy`` and
+    reads only the flat ``delete_on_kill`` (its default: delete). A row that keeps the job on kill (a
+    sensor's: the job is not the task's) says so flat as well, so no version deletes it."""
+    classpath, kwargs = stored(FIXTURES / f"{NEWEST}-{name}.json")
+
+    rewritten = import_string(classpath)(**kwargs).serialize()[1]
+
+    assert (rewritten["delete_on_kill"], rewritten["cleanup_policy"]["on_kill"]) == (False, False)

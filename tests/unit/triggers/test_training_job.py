@@ -74,7 +74,8 @@ def test_serialize_round_trips() -> None:
         for name, parameter in inspect.signature(TrainingJobTrigger).parameters.items()
         if parameter.kind is not inspect.Parameter.VAR_KEYWORD
     }
-    assert set(kwargs) == named - stored_before
+    # ``delete_on_kill`` is written flat as well, for a triggerer of an earlier version (``stored_kwargs``).
+    assert set(kwargs) == (named - stored_before) | {"delete_on_kill"}
 
 
 def test_serialize_keeps_the_defaults() -> None:
