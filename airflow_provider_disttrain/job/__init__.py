@@ -1,1 +1,1 @@
-"""The job and one observation of it: the kinds table, its state and conditions, progress, outcome, deadlines."""
+"""The job and one observation of it: kinds, state, a view of one look, progress, outcome, deadlines, the step."""

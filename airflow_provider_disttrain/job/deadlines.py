@@ -8,7 +8,8 @@ execution deadline from the task's start. The API server's ``creationTimestamp``
 job no try of this task recorded submitting, as the one record of its age there is.
 
 The sync wait, the sensor and the trigger judge a job with ``check`` and sleep with ``seconds_left``:
-both are ``outcome.check_job``/``outcome.seconds_to_deadline`` with these deadlines filled in.
+both are ``outcome.check_job``/``outcome.seconds_to_deadline`` with these deadlines filled in; the wait
+loops call their forms over one observation of the job (``job.view.JobView``), ``judge`` and ``wake_in``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_provider_disttrain.job.outcome import JobRef, check_job, seconds_to_deadline
+from airflow_provider_disttrain.job.outcome import JobRef, check_job, check_view, seconds_to_deadline
 from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.admission import NeverAdmitted
 
@@ -98,6 +100,18 @@ class Deadlines:
             waiting_reason=waiting_reason,
             never_admitted=never_admitted,
         )
+
+    def judge(self, view: JobView, *, now: float) -> dict[str, Any] | None:
+        """``check`` of one observation of the job (``JobView``): what the wait loops call."""
+        return check_view(
+            view, now=now, startup_deadline=self.startup, queue_deadline=self.queue, execution_deadline=self.execution
+        )
+
+    def wake_in(self, view: JobView | None, *, now: float) -> float | None:
+        """``seconds_left`` for one observation of the job (None: no look at it yet)."""
+        if view is None:
+            return self.seconds_left(None, now=now, job=None)
+        return self.seconds_left(view.state, now=now, job=view.job, has_run=view.has_run)
 
     def seconds_left(
         self, state: JobState | None, *, now: float, job: Mapping[str, Any] | None, has_run: bool = False

@@ -12,11 +12,12 @@ and ``state`` are the last look at the job, which says nothing of how it is doin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result, job_state
+from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result
+from airflow_provider_disttrain.job.view import JobRef, JobView
 from airflow_provider_disttrain.kueue.admission import NeverAdmitted
 from airflow_provider_disttrain.kueue.hold import held_by_kueue, startup_clock_shift
 
@@ -26,40 +27,77 @@ TIMEOUT = "timeout"
 INADMISSIBLE = "inadmissible"
 LOST_CONTACT = "lost_contact"
 ERROR = "error"
+STATUSES = (SUCCESS, FAILED, TIMEOUT, INADMISSIBLE, LOST_CONTACT, ERROR)
 
 
 @dataclass(frozen=True)
-class JobRef:
-    """Which job a wait is about; ``uid`` pins the exact object, not just the name."""
+class Outcome:
+    """How a wait for a job ended: one schema for the trigger's event and the task's reading of it.
 
+    ``state`` and ``job`` (the ``job_result`` summary) are the last look at the job, None when there
+    was none (it is gone, or was never read).
+    """
+
+    status: str
     kind: str
     name: str
     namespace: str
-    uid: str | None = None
+    message: str
+    state: str | None = None
+    job: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"outcome status: {self.status!r} is not one of {', '.join(STATUSES)}")
 
     @property
-    def title(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
+    def ref(self) -> JobRef:
+        """The job the wait was about, with the uid its last look read."""
+        return JobRef(self.kind, self.name, self.namespace, (self.job or {}).get("uid"))
+
+    def to_event(self) -> dict[str, Any]:
+        """The JSON-safe dict a trigger event carries (and Airflow stores) for this outcome."""
+        return {
+            "status": self.status,
+            "kind": self.kind,
+            "name": self.name,
+            "namespace": self.namespace,
+            "state": self.state,
+            "message": self.message,
+            "job": dict(self.job) if self.job is not None else None,
+        }
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> Outcome:
+        """The outcome a trigger event carries. Keys a newer provider version may add are ignored (a
+        rolling upgrade: a newer triggerer fired); one this version needs and the event lacks is refused
+        by name, as is a status it does not know."""
+        known = {field.name: field for field in fields(cls)}
+        required = [name for name, field in known.items() if field.default is MISSING]
+        if missing := [name for name in required if name not in event]:
+            raise ValueError(f"trigger event: missing {', '.join(missing)} (got keys {sorted(event)})")
+        return cls(**{name: event[name] for name in known if name in event})
 
 
 def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "status": status,
-        "kind": ref.kind,
-        "name": ref.name,
-        "namespace": ref.namespace,
-        "state": job_state(job).value if job else None,
-        "message": message,
-        "job": job_result(job, ref.kind) if job else None,
-    }
+    return conclude(JobView.observe(ref, job or None), status, message)
+
+
+def conclude(view: JobView, status: str, message: str) -> dict[str, Any]:
+    """The outcome ``status`` of the wait for ``view``'s job, with its last look at the job."""
+    ref, job = view.ref, view.job
+    return Outcome(
+        status,
+        ref.kind,
+        ref.name,
+        ref.namespace,
+        message,
+        state=view.state.value if view.state is not None else None,
+        job=job_result(job, ref.kind) if job else None,
+    ).to_event()
 
 
 _NOT_STARTED_STATES = (None, JobState.QUEUED, JobState.SUSPENDED)
-
-
-def _not_started(state: JobState, job: Mapping[str, Any], seen_running: bool) -> bool:
-    """Whether the startup limit still applies: the job has not run yet, as far as anyone can tell."""
-    return state in _NOT_STARTED_STATES and not (seen_running or has_run(job))
 
 
 def startup_deadline_for(job: Mapping[str, Any] | None, startup_deadline: float | None) -> float | None:
@@ -80,9 +118,9 @@ def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
     return job is not None and held_by_kueue(job) and not (ran or has_run(job))
 
 
-def _last_state(job: Mapping[str, Any], waiting_reason: str | None) -> str:
-    described = describe_state(job)
-    return f"{described}; Kueue: {waiting_reason}" if waiting_reason and held_by_kueue(job) else described
+def _last_state(view: JobView) -> str:
+    described = describe_state(view.job or {})
+    return f"{described}; Kueue: {view.waiting_reason}" if view.waiting_reason else described
 
 
 def lost_contact(
@@ -127,46 +165,58 @@ def check_job(
     (``kueue_admission.never_admitted`` of the job's Workload) ends the wait for a first admission at
     once: Kueue said it never will, so waiting would only end at ``queue_timeout``.
     """
-    if job is None:
+    view = JobView.observe(ref, job, waiting_reason=waiting_reason, never_admitted=never_admitted)
+    view = replace(view, has_run=True) if has_run and not view.has_run else view
+    return check_view(
+        view,
+        now=now,
+        startup_deadline=startup_deadline,
+        execution_deadline=execution_deadline,
+        queue_deadline=queue_deadline,
+    )
+
+
+def check_view(
+    view: JobView,
+    *,
+    now: float,
+    startup_deadline: float | None = None,
+    execution_deadline: float | None = None,
+    queue_deadline: float | None = None,
+) -> dict[str, Any] | None:
+    """``check_job`` of one observation: the outcome if the wait for ``view``'s job is over, else None."""
+    ref, job, state = view.ref, view.job, view.state
+    if job is None or state is None:
         return job_gone(ref)
-    uid = (job.get("metadata") or {}).get("uid")
-    if ref.uid and uid and uid != ref.uid:
-        return make_outcome(
-            ref,
+    if ref.uid and view.uid and view.uid != ref.uid:
+        return conclude(
+            view,
             ERROR,
-            f"{ref.title} was deleted and recreated outside this task (uid {uid}, expected {ref.uid})",
-            job,
+            f"{ref.title} was deleted and recreated outside this task (uid {view.uid}, expected {ref.uid})",
         )
-    state = job_state(job)
     if state is JobState.SUCCEEDED:
-        return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
+        return conclude(view, SUCCESS, f"{ref.title} succeeded")
     if state is JobState.FAILED:
-        return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)
-    if never_admitted is not None and queue_deadline_applies(job, has_run):
-        return make_outcome(ref, INADMISSIBLE, f"{ref.title} was not admitted: {never_admitted.describe()}", job)
+        return conclude(view, FAILED, f"{ref.title} failed: {describe_state(job)}")
+    awaits_admission = view.hold is not None and not view.has_run  # ``queue_deadline_applies``
+    if view.never_admitted is not None and awaits_admission:
+        return conclude(view, INADMISSIBLE, f"{ref.title} was not admitted: {view.never_admitted.describe()}")
     if execution_deadline is not None and now >= execution_deadline:
-        return make_outcome(
-            ref,
+        return conclude(
+            view,
             TIMEOUT,
-            f"{ref.title} did not finish within the task's execution_timeout; last state: "
-            f"{_last_state(job, waiting_reason)}",
-            job,
+            f"{ref.title} did not finish within the task's execution_timeout; last state: {_last_state(view)}",
         )
-    if queue_deadline is not None and now >= queue_deadline and queue_deadline_applies(job, has_run):
-        return make_outcome(
-            ref,
+    if queue_deadline is not None and now >= queue_deadline and awaits_admission:
+        return conclude(
+            view,
             TIMEOUT,
-            f"{ref.title} was not admitted by Kueue within queue_timeout; last state: "
-            f"{_last_state(job, waiting_reason)}",
-            job,
+            f"{ref.title} was not admitted by Kueue within queue_timeout; last state: {_last_state(view)}",
         )
     startup_deadline = startup_deadline_for(job, startup_deadline)
-    if startup_deadline is not None and now >= startup_deadline and _not_started(state, job, has_run):
-        return make_outcome(
-            ref,
-            TIMEOUT,
-            f"{ref.title} did not start within startup_timeout; last state: {describe_state(job)}",
-            job,
+    if startup_deadline is not None and now >= startup_deadline and state in _NOT_STARTED_STATES and not view.has_run:
+        return conclude(
+            view, TIMEOUT, f"{ref.title} did not start within startup_timeout; last state: {describe_state(job)}"
         )
     return None
 
@@ -214,9 +264,9 @@ def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] 
     Any other outcome, or a job still unfinished, gone, or another under the same name (``same_job``),
     is returned as it is (the same object).
     """
-    job = same_job(ref, job)
-    if outcome["status"] != TIMEOUT or job is None or not job_state(job).is_terminal:
+    view = JobView.observe(ref, same_job(ref, job))
+    if outcome["status"] != TIMEOUT or view.job is None or not view.is_terminal:
         return outcome
-    if job_state(job) is JobState.SUCCEEDED:
-        return make_outcome(ref, SUCCESS, f"{ref.title} succeeded", job)
-    return make_outcome(ref, FAILED, f"{ref.title} failed: {describe_state(job)}", job)
+    if view.state is JobState.SUCCEEDED:
+        return conclude(view, SUCCESS, f"{ref.title} succeeded")
+    return conclude(view, FAILED, f"{ref.title} failed: {describe_state(view.job)}")

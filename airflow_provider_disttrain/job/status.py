@@ -148,7 +148,7 @@ def failure_condition(job: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _times(job: Mapping[str, Any]) -> tuple[Any, Any]:
+def job_times(job: Mapping[str, Any]) -> tuple[Any, Any]:
     """``(start, completion)`` as the status gives them; for a kind whose status has no times (TrainJob),
     the time it was last resumed (else created) and the time its terminal condition became true."""
     status = job.get("status") or {}
@@ -165,7 +165,7 @@ def _times(job: Mapping[str, Any]) -> tuple[Any, Any]:
 def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """The JSON-safe summary a training task returns to XCom (with ``trainer_status`` when the trainer reported)."""
     metadata = job.get("metadata") or {}
-    start_time, completion_time = _times(job)
+    start_time, completion_time = job_times(job)
     start = parse_time(start_time)
     end = parse_time(completion_time)
     duration = (end - start).total_seconds() if start and end else None

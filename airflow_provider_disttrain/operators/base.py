@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 from airflow_provider_disttrain.job.deadlines import Deadlines
 from airflow_provider_disttrain.job.gpus import gpus_per_replica
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
-from airflow_provider_disttrain.job.outcome import JobRef
+from airflow_provider_disttrain.job.outcome import JobRef, Outcome
 from airflow_provider_disttrain.job.status import describe_state, job_result, job_state
 from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.manifest.builder import set_identity
@@ -375,8 +375,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         someone else created under the same name, which must not be deleted in our stead);
         ``reattached`` says the job was taken over from an earlier try rather than submitted by this one.
         """
-        uid = job_uid or (event.get("job") or {}).get("uid")
-        self._job_ref = JobRef(self.kind, event["name"], event["namespace"], uid)
+        outcome = Outcome.from_event(event)  # the trigger's event, read back through the schema that wrote it
+        self._job_ref = JobRef(self.kind, outcome.name, outcome.namespace, job_uid or outcome.ref.uid)
+        event = outcome.to_event()
         hook = self.hook
         if reattached and self.identity(context).taken_over_job_vanished(self._job_ref, event):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)

@@ -9,7 +9,7 @@ imported where they run, so that DAG files importing an operator stay fast to pa
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -18,7 +18,9 @@ from airflow_provider_disttrain.failures.controller_refusal import RefusalLooks,
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import Action, classify
 from airflow_provider_disttrain.job.outcome import lost_contact
-from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_state
+from airflow_provider_disttrain.job.status import JobState, describe_state
+from airflow_provider_disttrain.job.step import Wake, step
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.pods.logs import LogForwarder
 
 if TYPE_CHECKING:
@@ -49,14 +51,10 @@ def trigger_for(
         name=ref.name,
         namespace=ref.namespace,
         uid=ref.uid,
-        startup_deadline=deadlines.startup,
-        queue_deadline=deadlines.queue,
-        execution_deadline=deadlines.execution,
-        poll_interval=wait_policy.poll_seconds,
-        progress_interval=wait_policy.progress_seconds,
-        api_failure_tolerance=wait_policy.api_failure_tolerance_seconds,
+        deadlines=deadlines,
+        wait_policy=wait_policy,
+        cleanup_policy=cleanup_policy,
         gpus_per_replica=gpus_per_replica,
-        delete_on_kill=cleanup_policy.on_kill,
         stream_logs=stream_logs,
         connection=connection,
     )
@@ -88,10 +86,10 @@ def poll_until_over(
     kueue = KueueWaitReporter(hook, log)
     refusal_looks = RefusalLooks(kind)
     last_state: JobState | None = None
-    last_job: Mapping[str, Any] | None = None
+    # The last look at the job; once seen running, a later suspension is not "not started yet" (an
+    # MPIJob's conditions can't tell): each view carries that on from the one before.
+    view: JobView | None = None
     last_seen_at: float | None = None
-    # Once seen running, a later suspension is not "not started yet" (an MPIJob's conditions can't tell).
-    seen_running = False
 
     def read() -> tuple[dict[str, Any] | None, str | None]:
         job = hook.get_job(ref.kind, ref.name, ref.namespace)
@@ -106,27 +104,22 @@ def poll_until_over(
             if classify(error).action is not Action.RETRY:
                 raise
             waited, seen_at = clock() - reading_since, reading_since if last_seen_at is None else last_seen_at
+            last_job = view.job if view is not None else None
             return lost_contact(ref, last_job, waited=waited, last_contact=seen_at, error=describe_error(error))
-        last_job, last_seen_at = job, clock()
-        seen_running = seen_running or (job is not None and has_run(job))
+        last_seen_at = clock()
+        view = JobView.observe(
+            ref, job, previous=view, waiting_reason=waiting_reason, never_admitted=kueue.never_admitted
+        )
         now = clock()
-        if outcome := deadlines.check(
-            ref,
-            job,
-            now=now,
-            has_run=seen_running,
-            waiting_reason=waiting_reason,
-            never_admitted=kueue.never_admitted,
-        ):
+        if not isinstance(moved := step(view, deadlines, now), Wake):
             forwarder.forward()
-            return outcome
+            return moved
         if refusal_looks.due(job, now) and (words := read_refusal(hook, kind, ref, job, log)):
             return refused(ref, job or {}, words)
-        state = job_state(job or {})
-        if state != last_state:
+        if view.state != last_state:
             log.info("%s is %s", ref.title, describe_state(job or {}))
-            last_state = state
-        remaining = deadlines.seconds_left(state, now=now, job=job, has_run=seen_running)
+            last_state = view.state
+        remaining = moved.seconds_from(now)
         sleep(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
 
 

@@ -22,6 +22,7 @@ from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.operators.ending import masked, publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
+from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -113,17 +114,19 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
                 kind=ref.kind,
                 name=ref.name,
                 namespace=ref.namespace,
-                execution_deadline=Deadlines.within(self.timeout, now=now).execution,
-                poll_interval=float(self.poke_interval),
+                deadlines=Deadlines.within(self.timeout, now=now),
+                # (a poke_interval of 0, which Airflow allows, backs off from the default instead)
+                wait_policy=WaitPolicy(poll_interval=float(self.poke_interval) or WaitPolicy.poll_interval),
                 gpus_per_replica=gpus_per_replica(job),  # for the GPUs-held gauge, from the job just read
-                delete_on_kill=False,  # The sensor watches a job it does not own.
+                cleanup_policy=CleanupPolicy(on_kill=False),  # The sensor watches a job it does not own.
                 connection=self.hook.trigger_connection(),
             ),
             method_name="execute_complete",
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        return self._result(event)
+        # The trigger's event, read back through the schema that wrote it (``outcome.Outcome``).
+        return self._result(outcomes.Outcome.from_event(event).to_event())
 
     def _result(self, outcome: dict[str, Any]) -> dict[str, Any]:
         """The job's summary when it succeeded, else the error to fail with; either kept for the lineage."""

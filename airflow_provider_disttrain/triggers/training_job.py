@@ -28,17 +28,22 @@ from airflow_provider_disttrain.job.gpus import gpus_held
 from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.job.outcome import ERROR, TIMEOUT, JobRef, make_outcome
 from airflow_provider_disttrain.job.progress import ProgressTracker
-from airflow_provider_disttrain.job.status import JobState, has_run, job_state
+from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.job.step import Wake, next_wake, step
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.kueue.hold import held_by_kueue
 from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
-from airflow_provider_disttrain.parameters import (
-    DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
-    DEFAULT_PROGRESS_INTERVAL_SECONDS,
-)
+from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.pods.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
 from airflow_provider_disttrain.triggers import watch_trouble
-from airflow_provider_disttrain.triggers.stored_kwargs import stored_connection, stored_kwargs, warn_newer_kwargs
+from airflow_provider_disttrain.triggers.stored_kwargs import (
+    flat_keys,
+    stored_connection,
+    stored_kwargs,
+    stored_values,
+    warn_newer_kwargs,
+)
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import Clock
@@ -76,26 +81,27 @@ class TrainingJobTrigger(BaseTrigger):
     :param uid: the job's uid; a job recreated under the same name is reported, not followed.
     :param connection: how to reach the cluster (``connection.ClusterConnection`` or its ``to_dict()``):
         the connection id and context, read in the triggerer; a kubeconfig only when the task's was a file.
-    :param startup_deadline: epoch seconds by which the job must have left the queued state.
-    :param execution_deadline: epoch seconds by which the job must have finished.
-    :param queue_deadline: epoch seconds by which Kueue must have admitted a job it holds (``queue_timeout``).
-    :param poll_interval: seconds between reads when polling, and the base of the error backoff.
+    :param deadlines: the operator's ``Deadlines`` (epoch seconds) or its stored dict.
+    :param wait_policy: the operator's ``WaitPolicy`` or its stored dict: ``poll_interval`` (the seconds
+        between reads when polling, and the base of the error backoff), ``progress_interval`` (after a
+        burst, at most one progress line per this many seconds), ``api_failure_tolerance`` (seconds of
+        continuous API failure before a ``lost_contact`` event); its timeouts are in ``deadlines``.
+    :param cleanup_policy: the operator's ``CleanupPolicy`` or its stored dict: ``on_kill`` deletes the
+        job when a user kills the deferred task.
     :param watch_timeout: seconds one watch request stays open before it is renewed.
-    :param progress_interval: after a burst, at most one progress line per this many seconds.
     :param gpus_per_replica: GPUs one pod of each replica type asks for (the manifest's, which the watch's
         view leaves out), for the ``disttrain.gpus_held`` telemetry gauge; None when not known (a sensor).
-    :param api_failure_tolerance: seconds of continuous API failure before giving up with a ``lost_contact``
-        event (the operator's ``WaitPolicy.api_failure_tolerance``); rows stored before it was settable
-        carry 300.
-    :param delete_on_kill: delete the job when a user kills the deferred task.
     :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
     :param stream_logs_bytes_per_second: at most this much of that log is written per second.
     :param kubernetes_conn_id: stored rows of provider versions before ``connection`` (never written now),
         like ``cluster_context``, ``config_dict`` (a shipped kubeconfig) and ``connection_extras``.
-    :param newer_kwargs: keys this version does not know, from a row a newer provider version wrote (a
-        rolling upgrade: a newer worker deferred, an older triggerer rebuilds). They are ignored with a
-        warning, not refused: refusing fails the task; ignored, the job is still waited for with this
-        version's behaviour. A row from an older version lacks the newer keys: each has its default.
+    :param newer_kwargs: first, the keys of rows stored before the values above travelled whole, each
+        one of their fields (``stored_kwargs.FLAT_KEYS``: ``startup_deadline``, ``poll_interval``,
+        ``delete_on_kill``, ...); given, it overrides that field. Then keys this version does not know,
+        from a row a newer provider version wrote (a rolling upgrade: a newer worker deferred, an older
+        triggerer rebuilds). They are ignored with a warning, not refused: refusing fails the task;
+        ignored, the job is still waited for with this version's behaviour. A row from an older version
+        lacks the newer keys: each has its default.
     """
 
     def __init__(
@@ -106,15 +112,11 @@ class TrainingJobTrigger(BaseTrigger):
         namespace: str,
         uid: str | None = None,
         connection: ClusterConnection | Mapping[str, Any] | None = None,
-        startup_deadline: float | None = None,
-        execution_deadline: float | None = None,
-        queue_deadline: float | None = None,
-        poll_interval: float = 10.0,
+        deadlines: Deadlines | Mapping[str, Any] | None = None,
+        wait_policy: WaitPolicy | Mapping[str, Any] | None = None,
+        cleanup_policy: CleanupPolicy | Mapping[str, Any] | None = None,
         watch_timeout: int = 300,
-        progress_interval: float = DEFAULT_PROGRESS_INTERVAL_SECONDS,
         gpus_per_replica: Mapping[str, int] | None = None,
-        api_failure_tolerance: float = DEFAULT_API_FAILURE_TOLERANCE_SECONDS,
-        delete_on_kill: bool = True,
         stream_logs: bool = False,
         stream_logs_bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
         kubernetes_conn_id: str | None = None,
@@ -124,7 +126,9 @@ class TrainingJobTrigger(BaseTrigger):
         **newer_kwargs: Any,
     ) -> None:
         super().__init__()
+        flat = flat_keys(newer_kwargs)  # a row stored before the typed values travelled whole, or a caller's
         warn_newer_kwargs(self.log, newer_kwargs, kind, namespace, name)
+        title = JobRef(kind, name, namespace).title
         self.kind = kind
         self.name = name
         self.namespace = namespace
@@ -140,23 +144,19 @@ class TrainingJobTrigger(BaseTrigger):
             namespace=namespace,
             name=name,
         )
-        self.startup_deadline = startup_deadline
-        self.execution_deadline = execution_deadline
-        self.queue_deadline = queue_deadline
-        self.poll_interval = poll_interval
+        typed = {"deadlines": deadlines, "wait_policy": wait_policy, "cleanup_policy": cleanup_policy}
+        self.deadlines, self.wait_policy, self.cleanup_policy = stored_values(typed, flat, log=self.log, title=title)
         self.watch_timeout = watch_timeout
-        self.progress_interval = progress_interval
         self.gpus_per_replica = dict(gpus_per_replica) if gpus_per_replica else None
-        self.api_failure_tolerance = api_failure_tolerance
-        self.delete_on_kill = delete_on_kill
         self.stream_logs = stream_logs
         self.stream_logs_bytes_per_second = stream_logs_bytes_per_second
-        self._seen_running = False
+        self._view: JobView | None = None  # the last look at the job: what it saw run stays run
+        self._wake = Wake(None)  # when the next deadline passes, from the last step (``job.step``)
         self._log_follower: LeaderLogFollower | None = None
         self._workload = WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
-        self._progress = ProgressTracker(interval=progress_interval)
+        self._progress = ProgressTracker(interval=self.wait_policy.progress_seconds)
         self._looks: RefusalLooks | None = None  # when to read the job's Warning events (``controller_refusal``)
         self.clock: Clock | None = None
         """What tells the time (deadlines, outage lengths); the running loop's clock unless set."""
@@ -180,39 +180,29 @@ class TrainingJobTrigger(BaseTrigger):
 
         return AsyncTrainingJobHook.for_connection(self.connection)
 
-    @property
-    def deadlines(self) -> Deadlines:
-        """The deadlines the operator computed (they travel flat in the kwargs: the stored format)."""
-        return Deadlines(startup=self.startup_deadline, queue=self.queue_deadline, execution=self.execution_deadline)
-
-    def _check(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
-        if job is not None and job_state(job) is JobState.RUNNING:
-            # A suspended MPIJob's conditions forget that it ran; the startup limit must not return.
-            self._seen_running = True
-        return self.deadlines.check(
-            self.ref,
-            job,
-            now=self._clock().wall(),
-            has_run=self._seen_running,
-            waiting_reason=self._waiting_reason,
-            never_admitted=self._workload.never_admitted,
+    def _observe(self, job: Mapping[str, Any] | None) -> JobView:
+        """The view of this look at the job, with what its Workload said (the one read of its state)."""
+        never_admitted = self._workload.never_admitted
+        self._view = JobView.observe(
+            self.ref, job, previous=self._view, waiting_reason=self._waiting_reason, never_admitted=never_admitted
         )
+        return self._view
 
-    def _remaining(self, job: dict[str, Any] | None) -> float | None:
-        return self.deadlines.seconds_left(
-            job_state(job) if job else None,
-            now=self._clock().wall(),
-            job=job,
-            has_run=self._seen_running or (job is not None and has_run(job)),
-        )
+    def _step(self, view: JobView) -> dict[str, Any] | None:
+        """The wait's step on this look (``job.step``): its outcome, or None (and the next wake kept)."""
+        moved = step(view, self.deadlines, self._clock().wall())
+        if isinstance(moved, Wake):
+            self._wake = moved
+            return None
+        return moved
 
-    async def _observe_queue(self, job: dict[str, Any] | None, subscription: Subscription) -> None:
+    async def _observe_queue(self, job: Mapping[str, Any] | None, subscription: Subscription) -> None:
         """Follow the Workload of a job Kueue holds: why it waits goes to the progress lines and timeouts."""
         if job is None or not held_by_kueue(job):  # the common case, and every job on a cluster without Kueue
             self._waiting_reason = None
             await self._workload.stop()
             return
-        options = {"watch_timeout": float(self.watch_timeout), "poll_interval": float(self.poll_interval)}
+        options = {"watch_timeout": float(self.watch_timeout), "poll_interval": self.wait_policy.poll_seconds}
         self._waiting_reason = await self._workload.follow(job, self.connection, subscription, options, self.log)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -248,7 +238,7 @@ class TrainingJobTrigger(BaseTrigger):
         kind = get_job_kind(self.kind)
         options: dict[str, Any] = {
             "watch_timeout": float(self.watch_timeout),
-            "poll_interval": float(self.poll_interval),
+            "poll_interval": self.wait_policy.poll_seconds,
         }
         connection = self.connection
         async with subscribe(
@@ -272,7 +262,8 @@ class TrainingJobTrigger(BaseTrigger):
     async def _follow(self, subscription: Subscription, *, labelled_only: bool) -> dict[str, Any] | None:
         """Judge each view of the job until the wait is over (its outcome); None hands over to a name watch."""
         looked_up = False
-        last_job: dict[str, Any] | None = None
+        self._wake = next_wake(None, self.deadlines, self._clock().wall())
+        last: JobView | None = None
         # A GET's view of the job that is newer than the watch's (a timeout was about to be judged on
         # a cache that had missed a change): used until the watch's view of the job moves.
         confirmed: tuple[str | None, dict[str, Any]] | None = None
@@ -282,16 +273,13 @@ class TrainingJobTrigger(BaseTrigger):
                 job = entry.job
                 if confirmed is not None and confirmed[0] == _version(job):
                     job = confirmed[1]
-                last_job = job
-                self._follow_logs(job, subscription)
-                await self._observe_queue(job, subscription)
-                self._report_progress(job, self._waiting_reason)
-                if (outcome := self._check(job)) and confirmed is None and outcome["status"] == TIMEOUT:
-                    fresh = await self._read_quietly(subscription)
-                    if fresh is not None:
-                        confirmed = (_version(entry.job), fresh)
-                        last_job = fresh
-                        outcome = self._check(fresh)
+                last = await self._look(job, subscription)
+                outcome = self._step(last)
+                timed_out = outcome is not None and confirmed is None and outcome["status"] == TIMEOUT
+                if timed_out and (fresh := await self._read_quietly(subscription)) is not None:
+                    confirmed = (_version(entry.job), fresh)
+                    last = self._observe(fresh)
+                    outcome = self._step(last)
                 if outcome:
                     return outcome
                 if entry.deleted:
@@ -314,20 +302,25 @@ class TrainingJobTrigger(BaseTrigger):
                     looked_up = True
                     if found is not None and labelled_only and PROVIDER_JOB_LABEL not in _labels(found):
                         return None
-                    if found is not None:
-                        self._follow_logs(found, subscription)
-                        await self._observe_queue(found, subscription)
-                        self._report_progress(found, self._waiting_reason)
-                    if outcome := self._check(found):
+                    last = await self._look(found, subscription) if found is not None else self._observe(None)
+                    if outcome := self._step(last):
                         return outcome
-                    last_job = found
+            last_job = last.job if last is not None else None
             if outcome := await self._look_for_refusal(last_job, subscription):
                 return outcome
             if outcome := self._judge_problem(subscription.problem, subscription.watch.ever_synced, last_job):
                 return outcome
             if outcome := await self._check_deadline_unseen(last_job, subscription):
                 return outcome
-            await subscription.wait(self._next_wake(subscription.problem, last_job))
+            await subscription.wait(self._next_wake(subscription.problem, last))
+
+    async def _look(self, job: Mapping[str, Any], subscription: Subscription) -> JobView:
+        """Take in one look at the job: its Workload, its view, the leader's log, the progress line."""
+        await self._observe_queue(job, subscription)
+        view = self._observe(job)
+        self._follow_logs(view, subscription)
+        self._report_progress(view)
+        return view
 
     @property
     def _refusal_looks(self) -> RefusalLooks:
@@ -335,7 +328,9 @@ class TrainingJobTrigger(BaseTrigger):
             self._looks = RefusalLooks(get_job_kind(self.kind))
         return self._looks
 
-    async def _look_for_refusal(self, job: dict[str, Any] | None, subscription: Subscription) -> dict[str, Any] | None:
+    async def _look_for_refusal(
+        self, job: Mapping[str, Any] | None, subscription: Subscription
+    ) -> dict[str, Any] | None:
         """The refusal outcome when the job's controller refused it (``controller_refusal``): its Warning
         events are read while it has no condition, at most every ``LOOK_EVERY_SECONDS`` (the job itself
         never changes then, so ``_next_wake`` brings the trigger back for the next look)."""
@@ -363,9 +358,9 @@ class TrainingJobTrigger(BaseTrigger):
             )
             return None
 
-    def _follow_logs(self, job: Mapping[str, Any], subscription: Subscription) -> None:
+    def _follow_logs(self, view: JobView, subscription: Subscription) -> None:
         """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends)."""
-        if not self.stream_logs or self._log_follower is not None or job_state(job) is not JobState.RUNNING:
+        if not self.stream_logs or self._log_follower is not None or view.state is not JobState.RUNNING:
             return
         self._log_follower = LeaderLogFollower(
             subscription.watch.cluster,
@@ -385,11 +380,13 @@ class TrainingJobTrigger(BaseTrigger):
         if follower is not None:
             await follower.end(save)
 
-    def _report_progress(self, job: Mapping[str, Any], waiting_reason: str | None = None) -> None:
+    def _report_progress(self, view: JobView) -> None:
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""
-        if line := self._progress.observe(job, now=self._clock().wall(), waiting_reason=waiting_reason):
+        job, state = view.job, view.state
+        if job is None or state is None:
+            return
+        if line := self._progress.observe(job, now=self._clock().wall(), waiting_reason=self._waiting_reason):
             self.log.info("%s: %s", self.ref.title, line)
-        state = job_state(job)
         if state.is_terminal:
             telemetry.census.forget(self._census_key)
         else:
@@ -401,29 +398,30 @@ class TrainingJobTrigger(BaseTrigger):
         return f"{self.ref.title}#{id(self)}"
 
     def _judge_problem(
-        self, problem: WatchProblem | None, had_access: bool, job: dict[str, Any] | None
+        self, problem: WatchProblem | None, had_access: bool, job: Mapping[str, Any] | None
     ) -> dict[str, Any] | None:
         """An error outcome when the watch's trouble has lasted longer than this trigger tolerates."""
-        tolerance, clock = self.api_failure_tolerance, self._clock()
+        tolerance, clock = self.wait_policy.api_failure_tolerance_seconds, self._clock()
         return watch_trouble.judge_problem(self.ref, problem, had_access, job, tolerance=tolerance, clock=clock)
 
     async def _check_deadline_unseen(
-        self, job: dict[str, Any] | None, subscription: Subscription
+        self, job: Mapping[str, Any] | None, subscription: Subscription
     ) -> dict[str, Any] | None:
         """The execution deadline still ends a wait whose job could not be read yet (after one GET
         more, which may find the job finished)."""
-        if job is not None or self.execution_deadline is None or self._clock().wall() < self.execution_deadline:
+        if job is not None or (deadline := self.deadlines.execution) is None or self._clock().wall() < deadline:
             return None
-        if (fresh := await self._read_quietly(subscription)) is not None and (outcome := self._check(fresh)):
+        fresh = await self._read_quietly(subscription)
+        if fresh is not None and (outcome := self._step(self._observe(fresh))):
             return outcome
         return make_outcome(
             self.ref, TIMEOUT, f"{self.ref.title} did not finish within the task's execution_timeout", None
         )
 
-    def _next_wake(self, problem: WatchProblem | None, job: dict[str, Any] | None) -> float | None:
+    def _next_wake(self, problem: WatchProblem | None, view: JobView | None) -> float | None:
         """Seconds until this trigger must look again even if nothing changes: its next deadline."""
-        clock = self._clock()
-        remaining = self._remaining(job)
+        clock, job = self._clock(), view.job if view is not None else None
+        remaining = self._wake.seconds_from(clock.wall())
         if remaining is not None and remaining <= 0:
             # A deadline that passed without ending the wait cannot be judged yet (the watch has not
             # listed the job): wake when the watch changes, never spin.
@@ -432,14 +430,14 @@ class TrainingJobTrigger(BaseTrigger):
             remaining,
             self._progress.seconds_until_due(clock.wall()),
             self._refusal_looks.seconds_until_due(job, clock.wall()),
-            watch_trouble.seconds_until_judged(problem, self.api_failure_tolerance, clock),
+            watch_trouble.seconds_until_judged(problem, self.wait_policy.api_failure_tolerance_seconds, clock),
         ]
         known = [wait for wait in waits if wait is not None]
         return min(known) if known else None
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed, clear): delete the job it started."""
-        if not self.delete_on_kill:
+        if not self.cleanup_policy.on_kill:
             return
         self.log.info("Task killed: deleting %s", self.ref.title)
         async with self._hook().job_client() as jobs:

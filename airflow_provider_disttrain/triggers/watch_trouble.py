@@ -7,6 +7,7 @@ caches have synced: a grace); a fatal problem (retrying will not help) ends it w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.hooks.api_errors import describe_error
@@ -39,7 +40,7 @@ def judge_problem(
     ref: JobRef,
     problem: WatchProblem | None,
     had_access: bool,
-    job: dict[str, Any] | None,
+    job: Mapping[str, Any] | None,
     *,
     tolerance: float,
     clock: Clock,

@@ -10,6 +10,7 @@ a 10 minute outage passes in no real time. The operator's side reads through ``F
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -45,7 +46,8 @@ def stored_trigger(apiserver: Any, wait_policy: WaitPolicy) -> TrainingJobTrigge
     )
     _, kwargs = made.serialize()
     trigger = TrainingJobTrigger(**kwargs)
-    trigger.poll_interval = 1.0  # the watch's backoff cap: the outage's end is seen within a second
+    # The watch's backoff cap: the outage's end is seen within a second.
+    trigger.wait_policy = dataclasses.replace(trigger.wait_policy, poll_interval=1.0)
     return trigger
 
 

@@ -467,14 +467,14 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
         job["metadata"]["uid"],
     )
     # Counted on one clock, the worker's, from the submission: not from the server's creationTimestamp.
-    assert trigger.startup_deadline == submitted + 1800
+    assert trigger.deadlines.startup == submitted + 1800
     # Airflow 3 does not time a deferred task out by its execution_timeout: the trigger enforces it.
-    assert trigger.execution_deadline == started.timestamp() + 7200
-    assert trigger.poll_interval == 7.0
-    assert trigger.progress_interval == 120.0
+    assert trigger.deadlines.execution == started.timestamp() + 7200
+    assert trigger.wait_policy.poll_seconds == 7.0
+    assert trigger.wait_policy.progress_seconds == 120.0
     # The watch's view of the job has no spec: the trigger is told what each pod asks for (GPU metrics).
     assert trigger.gpus_per_replica == {"Master": 4, "Worker": 4}
-    assert trigger.delete_on_kill is False
+    assert trigger.cleanup_policy.on_kill is False
     assert trigger.connection == connection
     assert deferred.value.method_name == "execute_complete"
     assert deferred.value.kwargs == {"job_uid": job["metadata"]["uid"], "reattached": False}
@@ -491,7 +491,7 @@ def test_deferrable_without_timeouts_has_no_deadlines() -> None:
         make_operator(hook, deferrable=True, wait_policy=WaitPolicy(startup_timeout=None)).execute(make_context())
 
     trigger = deferred.value.trigger
-    assert (trigger.startup_deadline, trigger.execution_deadline) == (None, None)
+    assert (trigger.deadlines.startup, trigger.deadlines.execution) == (None, None)
 
 
 def test_a_job_already_finished_at_submit_is_not_deferred() -> None:

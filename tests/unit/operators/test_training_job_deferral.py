@@ -49,7 +49,7 @@ def test_the_trigger_enforces_execution_timeout_and_the_deferral_timeout_is_a_la
         operator.execute(make_context(FakeTI(start_date=started)))
 
     deadline = started.timestamp() + 3600
-    assert deferred.value.trigger.execution_deadline == deadline
+    assert deferred.value.trigger.deadlines.execution == deadline
     timeout = deferred.value.timeout
     assert timeout is not None
     # Measured from the moment of deferral, which is when Airflow starts counting it.
@@ -64,7 +64,7 @@ def test_without_execution_timeout_the_deferral_has_no_timeout() -> None:
         make_operator(hook).execute(make_context())
 
     assert deferred.value.timeout is None
-    assert deferred.value.trigger.execution_deadline is None
+    assert deferred.value.trigger.deadlines.execution is None
 
 
 def test_a_timed_out_deferral_deletes_its_own_job_with_the_uid_precondition() -> None:

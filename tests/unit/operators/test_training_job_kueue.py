@@ -214,9 +214,9 @@ def test_the_trigger_gets_the_queue_deadline_counted_from_the_submission() -> No
         task.execute(make_context())
 
     trigger = deferred.value.trigger
-    assert trigger.queue_deadline == 1_000_000.0 + 1800
-    assert trigger.startup_deadline == 1_000_000.0 + 600  # moved by the trigger once admitted
-    assert trigger.serialize()[1]["queue_deadline"] == trigger.queue_deadline
+    assert trigger.deadlines.queue == 1_000_000.0 + 1800
+    assert trigger.deadlines.startup == 1_000_000.0 + 600  # moved by the trigger once admitted
+    assert trigger.serialize()[1]["deadlines"]["queue"] == trigger.deadlines.queue
 
 
 def test_a_trainjob_gets_the_queue_label_too() -> None:

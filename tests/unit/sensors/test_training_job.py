@@ -166,10 +166,10 @@ def test_deferrable_defers_to_a_trigger_that_never_deletes_the_job() -> None:
     trigger = deferred.value.trigger
     assert isinstance(trigger, TrainingJobTrigger)
     assert (trigger.kind, trigger.name, trigger.namespace, trigger.uid) == ("PyTorchJob", "train-abc", "default", None)
-    assert trigger.delete_on_kill is False  # the sensor does not own the job
-    assert before + 3600 <= trigger.execution_deadline <= time.time() + 3600
-    assert trigger.startup_deadline is None
-    assert trigger.poll_interval == 30.0
+    assert trigger.cleanup_policy.on_kill is False  # the sensor does not own the job
+    assert before + 3600 <= trigger.deadlines.execution <= time.time() + 3600
+    assert trigger.deadlines.startup is None
+    assert trigger.wait_policy.poll_seconds == 30.0
     assert trigger.connection == connection
     assert deferred.value.method_name == "execute_complete"
 

@@ -139,10 +139,10 @@ async def test_unreadable_workloads_are_reported_once_and_the_job_is_still_follo
 
 def test_a_trigger_serialized_before_queue_deadline_existed_still_loads() -> None:
     _, kwargs = TrainingJobTrigger(kind="PyTorchJob", name="a", namespace="b", queue_deadline=5.0).serialize()
-    assert kwargs["queue_deadline"] == 5.0
-    del kwargs["queue_deadline"]
+    assert kwargs["deadlines"]["queue"] == kwargs["queue_deadline"] == 5.0
+    del kwargs["deadlines"]["queue"], kwargs["queue_deadline"]
 
-    assert TrainingJobTrigger(**kwargs).queue_deadline is None
+    assert TrainingJobTrigger(**kwargs).deadlines.queue is None
 
 
 async def test_no_workload_watch_lingers_after_the_trigger_ends(apiserver: Any) -> None:

@@ -1,0 +1,68 @@
+"""``JobView``: one look at a job, read once, and what the wait loops take from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_disttrain.job.deadlines import Deadlines
+from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.job.outcome import TIMEOUT, JobRef
+from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.job.view import JobView
+from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL
+from tests.unit.fakes import START, condition, make_job, running_status, succeeded_status
+
+REF = JobRef("MPIJob", "train-abc", "default", "uid-1")
+# The mpi-operator writes Running=False on every suspension: a suspended MPIJob's conditions cannot say it ran.
+SUSPENDED_MPIJOB = {
+    "conditions": [
+        condition("Created", START, reason="MPIJobCreated"),
+        condition("Suspended", START, reason="MPIJobSuspended"),
+        condition("Running", START, status="False", reason="MPIJobSuspended"),
+    ]
+}
+HELD = {"conditions": [condition("Created", START), condition("Suspended", START, reason="PyTorchJobSuspended")]}
+
+
+def mpijob(status: dict[str, Any]) -> dict[str, Any]:
+    return make_job(kind="MPIJob", status=status, created=START)
+
+
+def test_a_view_reads_the_state_kind_replicas_and_times_of_its_job() -> None:
+    view = JobView.observe(REF, make_job(kind="MPIJob", status=succeeded_status(leader="Launcher")))
+
+    assert (view.state, view.is_terminal, view.has_run, view.hold) == (JobState.SUCCEEDED, True, True, None)
+    assert view.kind is get_job_kind("MPIJob")
+    assert view.replicas["Launcher"]["succeeded"] == 1
+    assert view.times == (succeeded_status()["startTime"], succeeded_status()["completionTime"])
+    assert (view.uid, view.version) == ("uid-1", "100")
+
+
+def test_what_a_view_saw_run_stays_run_though_the_jobs_conditions_forget_it() -> None:
+    """A suspended MPIJob that ran looks like one that never did; the view of the look before knows."""
+    never_seen_running = JobView.observe(REF, mpijob(SUSPENDED_MPIJOB))
+    running = JobView.observe(REF, mpijob(running_status(leader="Launcher")), previous=never_seen_running)
+    suspended = JobView.observe(REF, mpijob(SUSPENDED_MPIJOB), previous=running)
+    gone = JobView.observe(REF, None, previous=suspended)
+
+    assert (never_seen_running.has_run, running.has_run, suspended.has_run) == (False, True, True)
+    assert (suspended.state, gone.found, gone.state, gone.has_run) == (JobState.SUSPENDED, False, None, True)
+    # So the startup deadline, which applies until a job first runs, does not come back with the suspension.
+    deadlines = Deadlines(startup=0.0)
+    assert deadlines.judge(suspended, now=1.0) is None
+    assert deadlines.wake_in(suspended, now=1.0) is None
+    outcome = deadlines.judge(never_seen_running, now=1.0)
+    assert outcome is not None and outcome["status"] == TIMEOUT and outcome["state"] == "suspended"
+
+
+def test_kueues_word_is_kept_only_for_a_job_kueue_holds() -> None:
+    ref = JobRef("PyTorchJob", "train-abc", "default", "uid-1")
+    held = make_job(status=HELD, labels={QUEUE_NAME_LABEL: "user-queue"}, created=START)
+
+    view = JobView.observe(ref, held, waiting_reason="quota reserved: no")
+    admitted = JobView.observe(ref, make_job(status=running_status()), waiting_reason="stale word")
+
+    assert view.hold is not None and view.waiting_reason == "quota reserved: no"
+    assert (admitted.hold, admitted.waiting_reason, admitted.never_admitted) == (None, None, None)
+    outcome = Deadlines(queue=0.0).judge(view, now=1.0)
+    assert outcome is not None and "Kueue: quota reserved: no" in outcome["message"]
