@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,25 @@ if TYPE_CHECKING:
 
 # Carries the function's value through ``_finish`` (and the task state store a retry reads) to execute's caller.
 RETURN_VALUE_KEY = "return_value"
+# The context keys whose values the function receives inside the job, as arguments like the others: plain JSON
+# (strings, numbers, the run's params) and the same for the whole task instance. The others are objects
+# (``ti``, ``dag``, ``macros``, ``loop``, connections, accessors) or datetimes, which do not exist inside the
+# job: a parameter named after one is refused when the DAG is parsed.
+PASSED_CONTEXT_KEYS = frozenset(
+    {
+        "run_id",
+        "ds",
+        "ds_nodash",
+        "ts",
+        "ts_nodash",
+        "ts_nodash_with_tz",
+        "task_instance_key_str",
+        "try_number",
+        "params",
+        "test_mode",
+        "partition_key",
+    }
+)
 
 
 def _context_keys(kwargs: dict[str, Any]) -> set[str]:
@@ -92,13 +112,16 @@ class DecoratedTrainingJobOperator(DecoratedOperator):
                 f"wait_for_completion: {self.custom_operator_name} waits for the job to return the function's value"
             )
         function = kwargs["python_callable"]
-        if context_keys := sorted(set(inspect.signature(function).parameters) & _context_keys(kwargs)):
+        context_keys = set(inspect.signature(function).parameters) & _context_keys(kwargs)
+        if refused := sorted(context_keys - PASSED_CONTEXT_KEYS):
             raise ValueError(
-                f"{function.__name__}: parameter {context_keys[0]!r} is an Airflow context key, but the function "
+                f"{function.__name__}: parameter {refused[0]!r} is an Airflow context key, but the function "
                 "runs inside the training job, where the task context is not available: pass what it needs as "
-                "arguments"
+                f"arguments (of the context, only {', '.join(sorted(PASSED_CONTEXT_KEYS))} are passed into the job)"
             )
         super().__init__(**kwargs)
+        # Filled from the task's context when it runs (``execute``), as Airflow's ``@task`` fills them.
+        self.context_parameters = sorted(context_keys)
 
     # -- what the replicas run -------------------------------------------------------------------------
 
@@ -139,6 +162,11 @@ class DecoratedTrainingJobOperator(DecoratedOperator):
         return result[RETURN_VALUE_KEY] if isinstance(result, dict) and RETURN_VALUE_KEY in result else result
 
     def execute(self, context: Context) -> Any:
+        # Absent from this run's context (``ds`` of a run without a logical date): None, the default Airflow allows.
+        values: dict[str, Any] = {name: context.get(name) for name in self.context_parameters}
+        if isinstance(params := values.get("params"), Mapping):
+            values["params"] = dict(params)  # Airflow's ParamsDict: its resolved values
+        self.op_kwargs = {**self.op_kwargs, **values}
         return self._return_value(super().execute(context))
 
     def execute_complete(

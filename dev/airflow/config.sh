@@ -45,7 +45,11 @@ mv "$AIRFLOW_HOME/airflow.cfg.new" "$AIRFLOW_HOME/airflow.cfg"
 grep -q '@[A-Z_]*@' "$AIRFLOW_HOME/airflow.cfg" && die "unfilled placeholder in $AIRFLOW_HOME/airflow.cfg"
 
 # The example DAGs (and the manifests they load) are copied, not linked: the folder is the user's to edit.
-tar -C "$REPO_ROOT/example_dags" --exclude=__pycache__ -cf - . | tar -C "$AF_DAGS_DIR" -xf -
+# The Task Loops example needs Airflow 3.4 (docs/guides/airflow-3.4.md): an older Airflow would show it as an
+# import error, so it stays out of that deployment's folder.
+needs_loops=()
+"$VENV_BIN/python" -c 'import airflow.sdk.definitions._internal.loop' 2>/dev/null || needs_loops=(--exclude=retraining_loop.py)
+tar -C "$REPO_ROOT/example_dags" --exclude=__pycache__ "${needs_loops[@]}" -cf - . | tar -C "$AF_DAGS_DIR" -xf -
 # The cluster policies that fit the examples, unchanged, to the local cluster (the file says how and why):
 # Airflow imports airflow_local_settings from $AIRFLOW_HOME/config in every process.
 mkdir -p "$AIRFLOW_HOME/config"

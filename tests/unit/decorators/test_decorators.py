@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from airflow.sdk import task
 
+from airflow_provider_disttrain.decorators.base import PASSED_CONTEXT_KEYS
 from airflow_provider_disttrain.decorators.entrypoint import call_function
 from airflow_provider_disttrain.decorators.payload import ENTRYPOINT_MODULE, PAYLOAD_ENV, PayloadError
 from airflow_provider_disttrain.exceptions import TrainingJobError
@@ -178,6 +179,47 @@ def test_a_context_parameter_is_refused_it_does_not_exist_inside_the_job() -> No
 
     with pytest.raises(ValueError, match="parameter 'ti' is an Airflow context key"):
         task.mpi_job(image="x")(uses_context)()
+
+
+def refused_context_keys() -> list[str]:
+    """Every key of the installed Airflow's task context (its ``Context`` TypedDict) that is not passed into the
+    job; ``loop`` (3.4) is a context key inside a Task Loop only, tested below."""
+    from airflow.sdk import Context
+
+    return sorted(set(Context.__annotations__) - PASSED_CONTEXT_KEYS - {"loop"})
+
+
+@pytest.mark.parametrize("key", refused_context_keys())
+def test_every_context_key_the_job_cannot_receive_is_refused_when_the_dag_is_parsed(key: str) -> None:
+    namespace: dict[str, Any] = {}
+    exec(f"def uses_context(data, {key}=None):\n    return data", namespace)
+
+    with pytest.raises(ValueError, match=f"uses_context: parameter '{key}' is an Airflow context key"):
+        task.pytorch_job(image="x")(namespace["uses_context"])("d")
+
+
+def test_json_context_keys_are_passed_into_the_job_as_airflows_task_fills_them() -> None:
+    from airflow.sdk.definitions.param import ParamsDict
+
+    @task.pytorch_job(image="trainer:1", num_workers=1, job_name=JOB, wait_policy=WaitPolicy(poll_interval=0.01))
+    def tagged(dataset: str, run_id=None, ds=None, params=None, try_number=None) -> dict:
+        return {"dataset": dataset, "run": run_id, "ds": ds, "lr": params["lr"], "try": try_number}
+
+    operator = tagged("s3://data/v3").operator
+    hook = FakeTrainingJobHook(progression=[succeeded_status(workers=1)])
+    finished(hook, "master", "pytorch", json.dumps({"done": True}))
+    # A run without a logical date has no ds: the parameter gets None, as with Airflow's @task.
+    context = {**make_context(), "run_id": "manual__1", "params": ParamsDict({"lr": 0.1}), "try_number": 2}
+
+    with_hook(operator, hook).execute(context)
+
+    [payload] = [
+        json.loads(env["value"])
+        for env in container_of(hook.submitted_manifest(), "Master")["env"]
+        if env["name"] == PAYLOAD_ENV
+    ]
+    assert payload["kwargs"] == {"run_id": "manual__1", "ds": None, "params": {"lr": 0.1}, "try_number": 2}
+    assert call_function(payload) == {"dataset": "s3://data/v3", "run": "manual__1", "ds": None, "lr": 0.1, "try": 2}
 
 
 def test_a_loop_parameter_inside_a_task_loop_is_refused_it_does_not_exist_inside_the_job() -> None:
