@@ -466,5 +466,11 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             identity=self.identity(context),
             last_try=context["ti"].try_number > (self.retries or 0),
             log=self.log,
+            read_from_pods=self.read_from_pods,
         )
         return self.record_ending(context, lambda: ending.finish(outcome, logs_forwarded=logs_forwarded))
+
+    def read_from_pods(self, result: dict[str, Any], pods: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """A success's ``result`` with what this task reads from the job's final pods (listed once, by the
+        ending; None when they could not be listed); a subclass adds to it (the decorators' return value)."""
+        return result

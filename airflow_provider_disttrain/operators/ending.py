@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -87,6 +87,9 @@ class JobEnding:
     identity: JobIdentity
     last_try: bool
     log: logging.Logger | Any
+    read_from_pods: Callable[[dict[str, Any], list[dict[str, Any]] | None], dict[str, Any]] | None = None
+    """What the task adds to a success's result from the pods listed here (None: listing failed), e.g.
+    the decorator's return value from the leader's termination message: the pods are listed once."""
 
     def finish(self, outcome: dict[str, Any], *, logs_forwarded: bool) -> dict[str, Any]:
         """The task's result for a success; for anything else the error to fail the task with."""
@@ -116,6 +119,8 @@ class JobEnding:
         identity, cleanup = self.identity, self.cleanup
         if status == outcomes.SUCCESS:
             result = self._with_kueue_record(self._with_metrics(outcome["job"], pods))
+            if self.read_from_pods is not None:
+                result = self.read_from_pods(result, pods)
             self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
             # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
             identity.remember(ref, result=result)
