@@ -8,8 +8,7 @@ the job, so jobs without a queue (and clusters without Kueue) cost no extra requ
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import JobInadmissibleError
@@ -34,6 +33,7 @@ from airflow_provider_disttrain.kueue.waiting import (
     waited_seconds,
     workload_unreadable_warning,
 )
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 
 class QueuePositionReader:
@@ -47,12 +47,12 @@ class QueuePositionReader:
         log: Any,
         *,
         refresh_seconds: float = POSITION_REFRESH_SECONDS,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self._hook = hook
         self._log = log
         self._refresh_seconds = refresh_seconds
-        self._monotonic = monotonic
+        self._clock = clock
         self._book: PositionBook | None = None  # one job's: its LocalQueue's
 
     @property
@@ -63,7 +63,7 @@ class QueuePositionReader:
         book = self._book
         if book is None or (book.namespace, book.local_queue) != (namespace, local_queue):
             book = self._book = PositionBook(namespace, local_queue, self._refresh_seconds)
-        now = self._monotonic()
+        now = self._clock.monotonic()
         if book.due(now):
             book.asking(now)
             try:
@@ -88,13 +88,13 @@ class KueueWaitReporter:
         log: Any,
         *,
         positions: QueuePositionReader | None = None,
-        wall: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM,
     ) -> None:
         self._hook = hook
         self._log = log
         self._unreadable = False
-        self._positions = positions or QueuePositionReader(hook, log)
-        self._wall = wall
+        self._positions = positions or QueuePositionReader(hook, log, clock=clock)
+        self._clock = clock
         self._said: tuple[str, int | None, int | None] | None = None
         self.message: str | None = None
         self.never_admitted: NeverAdmitted | None = None
@@ -124,7 +124,7 @@ class KueueWaitReporter:
         position = None
         if workload is not None and (name := position_wanted(workload)) is not None:
             position = self._positions.position(metadata["namespace"], str(queue_name(job)), name)
-        waited = waited_seconds(workload, self._wall()) if workload is not None else None
+        waited = waited_seconds(workload, self._clock.wall()) if workload is not None else None
         return kueue_word(workload, position, waited=waited)
 
 
