@@ -20,7 +20,6 @@ from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
 
 from airflow_provider_disttrain.decorators.payload import PAYLOAD_ENV, PayloadError, encode_payload
 from airflow_provider_disttrain.exceptions import TrainingJobError
-from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.manifest.builder import JobParameters
 from airflow_provider_disttrain.manifest.pod_validation import env_entries
 from airflow_provider_disttrain.pods.termination import leader_termination_message
@@ -28,7 +27,6 @@ from airflow_provider_disttrain.pods.termination import leader_termination_messa
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
     from airflow_provider_disttrain.job.kinds import JobKind
 
 # Carries the function's value through ``_finish`` (and the task state store a retry reads) to execute's caller.
@@ -145,16 +143,15 @@ class DecoratedTrainingJobOperator(DecoratedOperator):
 
     # -- the return value ------------------------------------------------------------------------------
 
-    def _finish(
-        self, hook: TrainingJobHook, outcome: dict[str, Any], context: Context, *, logs_forwarded: bool
-    ) -> dict[str, Any]:
+    def read_from_pods(self, result: dict[str, Any], pods: list[dict[str, Any]] | None) -> dict[str, Any]:
+        # From the pods the ending listed for the leader's metrics (one list serves both), before the job
+        # may be deleted (delete_on_finish) and before the result is saved for a retry.
         ref = self._job_ref  # type: ignore[attr-defined]
-        if outcome["status"] == outcomes.SUCCESS and ref is not None:
-            # Read before the base class may delete the job (delete_on_finish) and saves the result for a retry.
-            kind = self.job_kind  # type: ignore[attr-defined]
-            value = decode_return_value(kind, ref.title, hook.list_job_pods(ref.name, ref.namespace, kind=kind))
-            outcome = {**outcome, "job": {**outcome["job"], RETURN_VALUE_KEY: value}}
-        return super()._finish(hook, outcome, context, logs_forwarded=logs_forwarded)  # type: ignore[misc]
+        if pods is None:
+            raise TrainingJobError(
+                f"{ref.title} succeeded but its pods could not be listed to read the function's return value"
+            )
+        return {**result, RETURN_VALUE_KEY: decode_return_value(self.job_kind, ref.title, pods)}  # type: ignore[attr-defined]
 
     @staticmethod
     def _return_value(result: Any) -> Any:

@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 # Rebuilt at least this often: shorter than the 15-minute tokens that EKS and GKE plugins issue.
 CLIENT_MAX_AGE_SECONDS = 600.0
@@ -101,7 +101,7 @@ class ClusterClient:
         (default ``CLIENT_MAX_AGE_SECONDS``).
     :param build_timeout: seconds a build (kubeconfig load, exec plugin) may take
         (default ``BUILD_TIMEOUT_SECONDS``).
-    :param clock: monotonic seconds (injectable for tests).
+    :param clock: the clock whose monotonic seconds time the client's age (the watch registry's).
     """
 
     def __init__(
@@ -109,7 +109,7 @@ class ClusterClient:
         connection: ClusterConnection,
         max_age: float | None = None,
         build_timeout: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.connection = connection
         self.max_age = CLIENT_MAX_AGE_SECONDS if max_age is None else max_age
@@ -139,7 +139,7 @@ class ClusterClient:
         current = self._current
         if current is None or current.unauthorized:
             current = await self._wait_for_build()
-        elif self._clock() >= current.next_build_at:
+        elif self._clock.monotonic() >= current.next_build_at:
             self._start_build()  # in the background: this request goes on with the current client
         current.leases += 1
         try:
@@ -201,7 +201,7 @@ class ClusterClient:
         error = task.exception()
         current = self._current
         if current is not None and not current.unauthorized:
-            current.next_build_at = self._clock() + BUILD_RETRY_SECONDS
+            current.next_build_at = self._clock.monotonic() + BUILD_RETRY_SECONDS
             log.warning(
                 "Renewing the API client of %s failed (%s); the current one is used %.0fs longer",
                 self._title,
@@ -244,7 +244,7 @@ class ClusterClient:
                 raise CredentialsUnavailable(f"the exec plugin of {self._title} failed: {error}", error) from error
             raise
         self._built += 1
-        generation = _Generation(self._built, api, stack, self._clock())
+        generation = _Generation(self._built, api, stack, self._clock.monotonic())
         generation.next_build_at = generation.built_at + self.max_age
         previous, self._current = self._current, generation
         if previous is not None:

@@ -24,20 +24,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_disttrain.hooks.api_errors import api_status
-from airflow_provider_disttrain.hooks.kueue import (
-    POSITION_REFRESH_SECONDS,
-    VISIBILITY_UNAVAILABLE,
-    malformed_answer_warning,
-    visibility_unavailable_warning,
-)
-from airflow_provider_disttrain.kueue.position import (
-    MalformedAnswer,
-    QueuePosition,
-    parse_summary,
-    pending_workloads_path,
-    positions,
-)
+from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error
+from airflow_provider_disttrain.kueue.position import QueuePosition, parse_summary, pending_workloads_path
+from airflow_provider_disttrain.kueue.waiting import POSITION_REFRESH_SECONDS, PositionBook
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils.clock import Clock
 
@@ -48,7 +37,8 @@ Fetch = Callable[[], Awaitable[Mapping[str, Any]]]
 
 @dataclass
 class LocalQueuePositions:
-    """The positions of one LocalQueue's pending Workloads, refreshed while anyone follows them."""
+    """The positions of one LocalQueue's pending Workloads, refreshed while anyone follows them. What an
+    answer means is ``PositionBook``'s; this asks on the clock and wakes the followers whose job moved."""
 
     namespace: str
     local_queue: str
@@ -57,12 +47,21 @@ class LocalQueuePositions:
     refresh_seconds: float = POSITION_REFRESH_SECONDS
     on_idle: Callable[[LocalQueuePositions], None] | None = None
     requests: int = 0
-    unavailable: bool = False
-    malformed: bool = False
-    """The last answer was malformed (said once until a good answer comes)."""
-    _positions: dict[str, QueuePosition] = field(default_factory=dict)
+    _book: PositionBook = field(init=False)
     _followers: dict[asyncio.Event, str] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self._book = PositionBook(self.namespace, self.local_queue, self.refresh_seconds)
+
+    @property
+    def unavailable(self) -> bool:
+        return self._book.unavailable
+
+    @property
+    def malformed(self) -> bool:
+        """The last answer was malformed (said once until a good answer comes)."""
+        return self._book.malformed
 
     def follow(self, workload_name: str, changed: asyncio.Event) -> None:
         """``changed`` is set when the position of ``workload_name`` changes (a trigger's wake-up event)."""
@@ -82,38 +81,30 @@ class LocalQueuePositions:
                 self.on_idle(self)
 
     def position(self, workload_name: str) -> QueuePosition | None:
-        return self._positions.get(workload_name)
+        return self._book.positions.get(workload_name)
 
     async def _run(self) -> None:
         while self._followers:
             self.requests += 1
+            self._book.asking(self.clock.monotonic())
             try:
-                fresh = positions(self.local_queue, await self.fetch())
+                summary = await self.fetch()
             except asyncio.CancelledError:
                 raise
-            except MalformedAnswer as error:
-                if not self.malformed:
-                    log.warning(
-                        "%s", malformed_answer_warning(self.namespace, self.local_queue, error, self.refresh_seconds)
-                    )
-                self.malformed = True
             except Exception as error:
-                if api_status(error) in VISIBILITY_UNAVAILABLE:
-                    self.unavailable = True
-                    log.warning("%s", visibility_unavailable_warning(self.namespace, self.local_queue, error))
+                if (warning := self._book.failed(api_status(error), describe_error(error))) is not None:
+                    log.warning("%s", warning)
                     self._task = None
                     return
                 log.debug("Queue positions of %s/%s not read this time: %r", self.namespace, self.local_queue, error)
             else:
-                self.malformed = False
-                self._update(fresh)
+                moved, warning = self._book.answered(summary)
+                if warning is not None:
+                    log.warning("%s", warning)
+                for changed, name in self._followers.items():
+                    if name in moved:
+                        changed.set()
             await self.clock.sleep(self.refresh_seconds)
-
-    def _update(self, fresh: dict[str, QueuePosition]) -> None:
-        old, self._positions = self._positions, fresh
-        for changed, name in self._followers.items():
-            if old.get(name) != fresh.get(name):
-                changed.set()
 
 
 class PositionRegistry:

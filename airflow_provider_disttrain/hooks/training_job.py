@@ -7,7 +7,6 @@ makes. It returns plain dicts (what the API server sent), so the pure modules ca
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Any
@@ -41,6 +40,7 @@ from airflow_provider_disttrain.kube.resources import ApiResource
 from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, WORKLOAD, workload_of
 from airflow_provider_disttrain.kueue.position import parse_summary, pending_workloads_path
 from airflow_provider_disttrain.ownership.naming import label_selector
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 # Connection extras that point at kubeconfig material; dropped when the material itself is shipped.
 # The cncf hooks also read them under the pre-2.3 prefix, so both spellings go.
@@ -254,22 +254,24 @@ class TrainingJobHook(KubernetesHook):
         uid: str | None = None,
         timeout: float = 120.0,
         interval: float = 1.0,
+        clock: Clock = SYSTEM,
     ) -> bool:
         """Delete the job and wait until the API server no longer has it (its finalizers are done).
 
         False when it was already gone, or (``uid`` given) the name holds another job. Done as soon as
-        the name is free or holds a job of another uid (someone created one since).
+        the name is free or holds a job of another uid (someone created one since). ``clock``: the
+        calling task's (a test's).
         """
         if not self.delete_job(kind, name, namespace, uid=uid):
             return False
-        deadline = time.monotonic() + timeout
+        deadline = clock.monotonic() + timeout
         while (job := self.get_job(kind, name, namespace)) is not None and (
             uid is None or job["metadata"].get("uid") == uid
         ):
-            if time.monotonic() > deadline:
+            if clock.monotonic() > deadline:
                 title = f"{get_job_kind(kind).kind} {namespace}/{name}"
                 raise TrainingJobError(f"{title} still exists {timeout:.0f}s after its deletion")
-            time.sleep(interval)
+            clock.sleep_sync(interval)
         return True
 
     @retry_transient()

@@ -42,7 +42,7 @@ class WatchRegistry:
         if watch is None:
             cluster = self.clusters.get(cluster_key)
             if cluster is None:
-                cluster = self.clusters[cluster_key] = ClusterClient(connection, clock=self.clock.monotonic)
+                cluster = self.clusters[cluster_key] = ClusterClient(connection, clock=self.clock)
             watch = self.watches[key] = SharedWatch(key, kind, cluster, self._forget, self.clock)
         return watch
 

@@ -13,16 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.kube.connection import ClusterConnection
-from airflow_provider_disttrain.kueue.admission import NeverAdmitted, never_admitted
-from airflow_provider_disttrain.kueue.hold import (
-    JOB_UID_LABEL,
-    WORKLOAD,
-    held_by_kueue,
-    is_admitted,
-    queue_name,
-    waiting_message,
-)
+from airflow_provider_disttrain.kueue.admission import NeverAdmitted
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, WORKLOAD, held_by_kueue, queue_name
 from airflow_provider_disttrain.kueue.position import QueuePosition
+from airflow_provider_disttrain.kueue.waiting import kueue_word, position_wanted, workload_unreadable_warning
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions
@@ -82,33 +76,26 @@ class WorkloadFollower:
         problem = self._subscription.problem
         if problem is not None and (problem.fatal or problem.denied):
             self._unreadable = True
-            log.warning(
-                "%s %s is queued by Kueue, but its Workload cannot be read (%s): the Role needs list and watch "
-                "on workloads.kueue.x-k8s.io to say why it waits",
-                job.get("kind"),
-                job["metadata"].get("name"),
-                describe_error(problem.error),
-            )
+            title = f"{job.get('kind')} {job['metadata'].get('name')}"
+            log.warning("%s", workload_unreadable_warning(title, describe_error(problem.error)))
             await self.stop()
             return None
         if not self._subscription.synced:
             return None
         entry = self._subscription.entry
         workload = entry.job if entry is not None and not entry.deleted else None
-        self.never_admitted = never_admitted(workload)
-        message = waiting_message(workload)
-        if message and workload is not None and not is_admitted(workload) and self.never_admitted is None:
-            position = await self._position(job, workload, connection, job_subscription)
-            if position is not None:
-                # Without the waited time: the line changes only when the job moves in the queue.
-                created = (workload.get("metadata") or {}).get("creationTimestamp")
-                message = f"{message}; {position.describe(since=created)}"
-        return message
+        position = None
+        if workload is not None and (name := position_wanted(workload)) is not None:
+            position = await self._position(job, name, connection, job_subscription)
+        # Without the waited time: the line changes only when the job moves in the queue.
+        word = kueue_word(workload, position)
+        self.never_admitted = word.never_admitted
+        return word.message
 
     async def _position(
         self,
         job: Mapping[str, Any],
-        workload: Mapping[str, Any],
+        workload_name: str,
         connection: ClusterConnection,
         job_subscription: Subscription,
     ) -> QueuePosition | None:
@@ -119,19 +106,18 @@ class WorkloadFollower:
 
             # The Workload watch just opened holds the cluster's shared client: the poller borrows it.
             cluster = registry().clusters.get(connection.identity)
-            workload_name = (workload.get("metadata") or {}).get("name")
-            if cluster is None or not workload_name:
+            if cluster is None:
                 return None
             self._positions_context = follow_position(
                 connection.identity,
                 cluster,
                 job["metadata"]["namespace"],
                 str(queue_name(job)),
-                str(workload_name),
+                workload_name,
                 job_subscription.changed,
             )
             self._positions = await self._positions_context.__aenter__()
-        return self._positions.position(str((workload.get("metadata") or {}).get("name")))
+        return self._positions.position(workload_name)
 
     async def stop(self) -> None:
         context, self._context, self._subscription = self._context, None, None

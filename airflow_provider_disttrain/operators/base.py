@@ -11,7 +11,6 @@ operator parse fast: the hooks, the trigger and the Kubernetes clients are impor
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +54,7 @@ from airflow_provider_disttrain.parameters import (
     require_type,
 )
 from airflow_provider_disttrain.pods.logs import LEADER, validate_log_replicas
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
     import jinja2
@@ -226,13 +226,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
     def job_kind(self) -> JobKind:
         return get_job_kind(self.kind)
 
-    # The one clock every deadline of this task is counted on (``deadlines``); a test replaces both.
-
-    def wall_clock(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+    clock: Clock = SYSTEM
+    """The one clock every deadline of this task is counted on (``deadlines``) and its polls sleep on; a test
+    replaces it."""
 
     # -- the steps each kind's operator does its own way ----------------------------------------------
 
@@ -335,7 +331,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
 
         refuse_a_queue_that_admits_nothing(hook, self.kind, manifest, self.log)
         identity = self.identity(context)
-        submitted_at = self.wall_clock()
+        submitted_at = self.clock.wall()
         self._claiming = (identity, manifest["metadata"]["name"], manifest["metadata"]["namespace"])
         job, reattached = identity.claim(
             manifest, explicit_name=bool(self.job_name), if_exists=self.if_exists, submitted_at=submitted_at
@@ -349,7 +345,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             identity.remember(ref, task_succeeded=True)
             return job_result(job, self.kind)
 
-        now = self.wall_clock()
+        now = self.clock.wall()
         deadlines = Deadlines.for_job(
             job,
             submitted_at=identity.submitted_at(ref) if reattached else submitted_at,
@@ -433,7 +429,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             trigger=trigger,
             method_name="execute_complete",
             kwargs={"job_uid": ref.uid, "reattached": reattached},
-            timeout=deadlines.deferral_timeout(now=self.wall_clock()),
+            timeout=deadlines.deferral_timeout(now=self.clock.wall()),
         )
 
     def _wait(self, hook: TrainingJobHook, ref: JobRef, deadlines: Deadlines) -> dict[str, Any]:
@@ -446,8 +442,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             api_failure_tolerance=self.wait_policy.api_failure_tolerance_seconds,
             log_replicas=self.log_replicas,
             log=self.log,
-            clock=self.wall_clock,
-            sleep=self.sleep,
+            clock=self.clock,
         )
 
     # -- the ending, shared by both modes -------------------------------------------------------------
@@ -466,5 +461,12 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             identity=self.identity(context),
             last_try=context["ti"].try_number > (self.retries or 0),
             log=self.log,
+            read_from_pods=self.read_from_pods,
+            clock=self.clock,
         )
         return self.record_ending(context, lambda: ending.finish(outcome, logs_forwarded=logs_forwarded))
+
+    def read_from_pods(self, result: dict[str, Any], pods: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """A success's ``result`` with what this task reads from the job's final pods (listed once, by the
+        ending; None when they could not be listed); a subclass adds to it (the decorators' return value)."""
+        return result

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,6 +37,7 @@ from airflow_provider_disttrain.parameters import CleanupPolicy
 from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.pods.logs import LogForwarder
 from airflow_provider_disttrain.pods.metrics import combined_metrics, leader_metrics
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
@@ -87,6 +87,10 @@ class JobEnding:
     identity: JobIdentity
     last_try: bool
     log: logging.Logger | Any
+    clock: Clock = SYSTEM
+    read_from_pods: Callable[[dict[str, Any], list[dict[str, Any]] | None], dict[str, Any]] | None = None
+    """What the task adds to a success's result from the pods listed here (None: listing failed), e.g.
+    the decorator's return value from the leader's termination message: the pods are listed once."""
 
     def finish(self, outcome: dict[str, Any], *, logs_forwarded: bool) -> dict[str, Any]:
         """The task's result for a success; for anything else the error to fail the task with."""
@@ -116,6 +120,8 @@ class JobEnding:
         identity, cleanup = self.identity, self.cleanup
         if status == outcomes.SUCCESS:
             result = self._with_kueue_record(self._with_metrics(outcome["job"], pods))
+            if self.read_from_pods is not None:
+                result = self.read_from_pods(result, pods)
             self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
             # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
             identity.remember(ref, result=result)
@@ -233,7 +239,7 @@ class JobEnding:
         except Exception as error:
             self.log.warning("Could not read the Kueue Workload of %s: %r", self.ref.title, error)
             return None
-        return kueue_record(workload, now=time.time()) if workload is not None else None
+        return kueue_record(workload, now=self.clock.wall()) if workload is not None else None
 
     def _with_kueue_record(self, result: dict[str, Any]) -> dict[str, Any]:
         if (record := self._kueue_record(result)) is None:

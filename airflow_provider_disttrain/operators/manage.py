@@ -10,6 +10,7 @@ from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.job.status import job_result
 from airflow_provider_disttrain.manifest.patches import current_workers, scale_patch, suspend_patch
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -36,6 +37,7 @@ class DeleteTrainingJobOperator(_ManageJobOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.clock: Clock = SYSTEM  # what the wait for the deletion reads and sleeps on (a test's)
         self.wait_for_deletion = wait_for_deletion
         self.ignore_not_found = ignore_not_found
         self.deletion_timeout = deletion_timeout
@@ -43,7 +45,9 @@ class DeleteTrainingJobOperator(_ManageJobOperator):
     def execute(self, context: Context) -> bool:
         namespace = self.resolved_namespace()
         if self.wait_for_deletion:
-            deleted = self.hook.delete_and_wait(self.kind, self.job_name, namespace, timeout=self.deletion_timeout)
+            deleted = self.hook.delete_and_wait(
+                self.kind, self.job_name, namespace, timeout=self.deletion_timeout, clock=self.clock
+            )
         else:
             deleted = self.hook.delete_job(self.kind, self.job_name, namespace)
         if not deleted:

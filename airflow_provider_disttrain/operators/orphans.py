@@ -33,6 +33,7 @@ from airflow_provider_disttrain.ownership.orphans import (
     judge,
     needs_judging,
 )
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -115,7 +116,7 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.cluster_context = cluster_context
         self.config_file = config_file
-        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+        self.clock: Clock = SYSTEM
 
     def execute(self, context: Context) -> dict[str, Any]:
         grace_period = parse_grace_period(self.grace_period)
@@ -123,7 +124,7 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
         namespace = self.namespace or self.hook.default_namespace()
         validate_namespace(namespace)
         task_states = _TaskStatesOnce(context["ti"].get_task_states)
-        now = self.clock()
+        now = datetime.fromtimestamp(self.clock.wall(), timezone.utc)
         report = _Report(namespace, report_only)
         try:
             for kind in self.kinds:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from airflow_provider_disttrain.kube.connection import ClusterConnection
     from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+    from airflow_provider_disttrain.utils.clock import Clock
 
 
 def trigger_for(
@@ -70,8 +71,7 @@ def poll_until_over(
     api_failure_tolerance: float,
     log_replicas: Any,
     log: logging.Logger | Any,
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
+    clock: Clock,
 ) -> dict[str, Any]:
     """Poll until the deadlines say the wait is over, copying the chosen replicas' new log lines each time.
 
@@ -83,7 +83,7 @@ def poll_until_over(
     from airflow_provider_disttrain.hooks.kueue import KueueWaitReporter
 
     forwarder = LogForwarder(hook, kind, ref.name, ref.namespace, log_replicas, log)
-    kueue = KueueWaitReporter(hook, log)
+    kueue = KueueWaitReporter(hook, log, clock=clock)
     refusal_looks = RefusalLooks(kind)
     last_state: JobState | None = None
     # The last look at the job; once seen running, a later suspension is not "not started yet" (an
@@ -97,20 +97,20 @@ def poll_until_over(
         return job, kueue.observe(job)
 
     while True:
-        reading_since = clock()
+        reading_since = clock.wall()
         try:
-            job, waiting_reason = _ride_out_outages(read, api_failure_tolerance, poll_interval, ref, log, clock, sleep)
+            job, waiting_reason = _ride_out_outages(read, api_failure_tolerance, poll_interval, ref, log, clock)
         except Exception as error:
             if classify(error).action is not Action.RETRY:
                 raise
-            waited, seen_at = clock() - reading_since, reading_since if last_seen_at is None else last_seen_at
+            waited, seen_at = clock.wall() - reading_since, reading_since if last_seen_at is None else last_seen_at
             last_job = view.job if view is not None else None
             return lost_contact(ref, last_job, waited=waited, last_contact=seen_at, error=describe_error(error))
-        last_seen_at = clock()
+        last_seen_at = clock.wall()
         view = JobView.observe(
             ref, job, previous=view, waiting_reason=waiting_reason, never_admitted=kueue.never_admitted
         )
-        now = clock()
+        now = clock.wall()
         if not isinstance(moved := step(view, deadlines, now), Wake):
             forwarder.forward()
             return moved
@@ -120,7 +120,7 @@ def poll_until_over(
             log.info("%s is %s", ref.title, describe_state(job or {}))
             last_state = view.state
         remaining = moved.seconds_from(now)
-        sleep(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
+        clock.sleep_sync(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
 
 
 def _ride_out_outages(
@@ -129,16 +129,15 @@ def _ride_out_outages(
     poll_interval: float,
     ref: JobRef,
     log: logging.Logger | Any,
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
+    clock: Clock,
 ) -> Any:
     """``read()``, tried again while it fails as an outage, for at most ``tolerance`` seconds on ``clock``.
 
     The hook's reads retry a few times themselves (``api_errors.retry_transient``, seconds); this is the
     longer wait around them, for an API server that is away for minutes (a control-plane upgrade). On the
-    task's injectable clock and sleep, so that a test rides out a 15 minute outage in no real time.
+    task's injectable clock, so that a test rides out a 15 minute outage in no real time.
     """
-    started = clock()
+    started = clock.wall()
 
     def warn(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -146,7 +145,7 @@ def _ride_out_outages(
             "Cannot reach the API server to read %s for %.0fs (%s); trying again until %.0fs have passed "
             "(wait_policy.api_failure_tolerance)",
             ref.title,
-            clock() - started,
+            clock.wall() - started,
             describe_error(error) if error else "?",
             tolerance,
         )
@@ -154,10 +153,10 @@ def _ride_out_outages(
     backoff = tenacity.wait_exponential(multiplier=1, max=max(poll_interval, 1.0))
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(lambda error: classify(error).action is Action.RETRY),
-        stop=lambda state: clock() - started >= tolerance,
+        stop=lambda state: clock.wall() - started >= tolerance,
         # The last try comes when the tolerance is spent, not a whole backoff step after it.
-        wait=lambda state: min(backoff(state), max(0.0, started + tolerance - clock())),
-        sleep=sleep,
+        wait=lambda state: min(backoff(state), max(0.0, started + tolerance - clock.wall())),
+        sleep=clock.sleep_sync,
         before_sleep=warn,
         reraise=True,
     )

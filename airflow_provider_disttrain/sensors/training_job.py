@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
@@ -23,6 +22,7 @@ from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.operators.ending import masked, publish_failure
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
+from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -54,9 +54,8 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         self._kueue_reporter: KueueWaitReporter | None = None
         self._looks: RefusalLooks | None = None  # when to read the job's Warning events (``controller_refusal``)
 
-    def wall_clock(self) -> float:
-        """Epoch seconds on the worker's clock (a test replaces it)."""
-        return time.time()
+    clock: Clock = SYSTEM
+    """The worker's clock (a test replaces it)."""
 
     def _ref(self) -> JobRef:
         return self.job_ref()
@@ -66,7 +65,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         from airflow_provider_disttrain.hooks.kueue import KueueWaitReporter
 
         if self._kueue_reporter is None:
-            self._kueue_reporter = KueueWaitReporter(self.hook, self.log)
+            self._kueue_reporter = KueueWaitReporter(self.hook, self.log, clock=self.clock)
         return self._kueue_reporter
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
@@ -78,7 +77,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         outcome = Deadlines().check(
             ref,
             job,
-            now=self.wall_clock(),
+            now=self.clock.wall(),
             waiting_reason=waiting_reason,
             never_admitted=self._kueue().never_admitted,
         )
@@ -93,7 +92,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         (the looks are kept across pokes of one try, as the Kueue reporter is)."""
         if self._looks is None:
             self._looks = RefusalLooks(get_job_kind(ref.kind))
-        if not self._looks.due(job, self.wall_clock()):
+        if not self._looks.due(job, self.clock.wall()):
             return None
         return read_refusal(self.hook, self._looks.kind, ref, job, self.log)
 
@@ -101,7 +100,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         ref = self._ref()
-        now = self.wall_clock()
+        now = self.clock.wall()
         job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
         outcome = Deadlines().check(ref, job, now=now)
         if outcome is not None:

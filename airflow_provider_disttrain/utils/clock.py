@@ -1,9 +1,11 @@
-"""The clock the triggerer side reads: wall time, monotonic time and sleeping, in one injectable value.
+"""The one clock the provider reads: wall time, monotonic time and sleeping (sync and async), in one
+injectable value.
 
-The trigger judges deadlines in epoch seconds (``wall``), the shared watch measures how long a
-request lived or how long the server has been silent (``monotonic``), and both wait (``sleep``). They
-read one ``Clock`` instead of ``time.time()``/``time.monotonic()``/``asyncio.sleep`` directly, so a
-test can run them on a virtual clock and drive time instead of sleeping.
+The trigger and the worker's poll judge deadlines in epoch seconds (``wall``), the shared watch and the
+Kueue position readers measure how long a request lived or when to ask again (``monotonic``), the
+worker's poll waits by blocking (``sleep_sync``) and the triggerer's loop by awaiting (``sleep``). They
+read one ``Clock`` instead of ``time.time()``/``time.monotonic()``/``time.sleep``/``asyncio.sleep``
+directly, so a test runs them on one fake clock and drives time instead of sleeping.
 
 The clock is chosen per event loop (``current()``): the triggerer runs every trigger in one loop, and
 the shared watches of that loop serve all of them, so they must agree on what time it is. Production
@@ -30,7 +32,10 @@ class Clock(Protocol):
         """Seconds on a clock that never jumps, for durations."""
 
     async def sleep(self, seconds: float) -> None:
-        """Wait ``seconds``."""
+        """Wait ``seconds`` (the event loop runs meanwhile)."""
+
+    def sleep_sync(self, seconds: float) -> None:
+        """Block the thread ``seconds`` (a worker's sync wait)."""
 
 
 class SystemClock:
@@ -44,6 +49,9 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def sleep_sync(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 SYSTEM: Clock = SystemClock()
@@ -66,6 +74,9 @@ class LoopClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def sleep_sync(self, seconds: float) -> None:
+        time.sleep(seconds)  # the loop's time cannot be moved from outside it: only real time passes
 
 
 _installed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Clock] = weakref.WeakKeyDictionary()

@@ -639,9 +639,9 @@ def epoch(offset: float = 0.0) -> float:
 
 
 class ManualClock:
-    """The sync-mode wait's clock in unit tests: ``sleep`` moves it on at once, so a 10 s poll interval
-    or a 600 s deadline costs no real time (and a test that waits longer than it meant to is only
-    slow in virtual seconds, never hung)."""
+    """The worker's clock in unit tests (a whole ``utils.clock.Clock``): a sleep moves it on at once, so a
+    10 s poll interval or a 600 s deadline costs no real time (and a test that waits longer than it
+    meant to is only slow in virtual seconds, never hung). Wall and monotonic time move together."""
 
     def __init__(self, now: float | None = None) -> None:
         self.now = time.time() if now is None else now  # starts at the real time: tests compare with datetime.now()
@@ -650,16 +650,21 @@ class ManualClock:
     def wall(self) -> float:
         return self.now
 
-    def sleep(self, seconds: float) -> None:
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep_sync(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += max(0.0, seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleep_sync(seconds)
 
 
 def with_hook(operator: Any, hook: Any, manual_clock: ManualClock | None = None) -> Any:
     """Give ``operator`` the fake as its (cached) ``hook``, and a training job operator a ``ManualClock``
     for its deadlines and polls (``operator.clock``); returns the operator."""
     operator.__dict__["hook"] = hook
-    if hasattr(operator, "wall_clock") and hasattr(operator, "sleep"):
+    if hasattr(operator, "clock"):
         operator.clock = manual_clock or ManualClock()
-        operator.wall_clock, operator.sleep = operator.clock.wall, operator.clock.sleep
     return operator

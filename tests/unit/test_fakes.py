@@ -87,3 +87,14 @@ class _Positional:
 def test_the_check_sees_a_changed_default_or_kind(fake: type) -> None:
     assert set(mismatches(fake, _Real)) == {"read"}
     assert mismatches(_Real, _Real) == {}
+
+
+def test_the_manual_clock_is_a_whole_clock() -> None:
+    """One clock shape (``utils.clock.Clock``): the tests' fake of the worker's clock tells wall and
+    monotonic time and sleeps both ways, with the real clock's parameters."""
+    from airflow_provider_disttrain.utils.clock import SystemClock
+    from tests.unit.fakes import ManualClock
+
+    assert mismatches(ManualClock, SystemClock) == {}
+    assert set(public_methods(SystemClock)) <= set(public_methods(ManualClock))
+    assert inspect.iscoroutinefunction(ManualClock.sleep) and not inspect.iscoroutinefunction(ManualClock.sleep_sync)

@@ -98,6 +98,32 @@ def test_pytorch_job_ships_the_function_runs_torchrun_and_returns_rank_0s_value(
     assert call_function(payload) == {"dataset": "s3://data/v3", "epochs": 5, "lr": 0.1, "pi": 3.14}
 
 
+def test_the_pods_are_listed_once_for_the_metrics_and_the_return_value() -> None:
+    hook = FakeTrainingJobHook(progression=[succeeded_status(workers=2)])
+    finished(hook, "master", "pytorch", "42")
+    with_hook(train("d").operator, hook).execute(make_context())
+    finished_job, listed_before = hook.only_job(), len(hook.called("list_job_pods"))
+    uid = finished_job["metadata"]["uid"]
+
+    # The deferred ending: the trigger streamed nothing, so the ending's one list serves the logs, the
+    # leader's metrics and the return value.
+    deferred = train.override(deferrable=True)("d").operator
+    value = with_hook(deferred, hook).execute_complete(
+        make_context(), trigger_event(finished_job, uid=uid), job_uid=uid
+    )
+
+    assert value == 42
+    assert len(hook.called("list_job_pods")) - listed_before == 1
+
+
+def test_pods_that_cannot_be_listed_fail_the_task_saying_the_return_value_is_unread() -> None:
+    hook = FakeTrainingJobHook(progression=[succeeded_status(workers=2)])
+    hook.fail_list_pods = RuntimeError("connection reset")
+
+    with pytest.raises(TrainingJobError, match="pods could not be listed to read the function's return value"):
+        with_hook(train("d").operator, hook).execute(make_context())
+
+
 def test_mpi_job_runs_the_entrypoint_as_launcher_with_mpirun_arguments() -> None:
     operator = allreduce.override(
         args=["--allow-run-as-root"], mpi_options=MPIOptions(slots_per_worker=2, mpi_implementation="Intel")

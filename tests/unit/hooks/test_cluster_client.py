@@ -25,7 +25,7 @@ from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
 from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
-from tests.unit.fakes import make_job, running_status, succeeded_status
+from tests.unit.fakes import ManualClock, make_job, running_status, succeeded_status
 from tests.unit.waiting import until
 
 # The plugin's next run: "ok" issues the token, "fail-once" exits 1 and then issues it, "hang" sleeps.
@@ -128,19 +128,19 @@ async def test_a_plugin_failing_once_in_the_periodic_rebuild_fails_no_request(
 async def test_after_a_failed_rebuild_the_next_try_waits_and_then_renews(
     apiserver: Any, job: None, plugin: Plugin, caplog: pytest.LogCaptureFixture
 ) -> None:
-    now = [1000.0]
-    cluster = ClusterClient(exec_connection(apiserver, plugin), max_age=600.0, clock=lambda: now[0])
+    clock = ManualClock(1000.0)
+    cluster = ClusterClient(exec_connection(apiserver, plugin), max_age=600.0, clock=clock)
     try:
         assert await read_job(cluster) == ("train-abc", 1)
         plugin.next_run("fail-once")
-        now[0] += 600.0
+        clock.now += 600.0
         assert await read_job(cluster) == ("train-abc", 1)  # starts the rebuild, which fails
         await until(lambda: "used 30s longer" in caplog.text)
 
-        now[0] += cluster_client.BUILD_RETRY_SECONDS - 1
+        clock.now += cluster_client.BUILD_RETRY_SECONDS - 1
         await read_job(cluster)
         assert plugin.runs == 2  # not retried before its time
-        now[0] += 1
+        clock.now += 1
         await read_job(cluster)  # due again: this one starts the rebuild, which works
         await until(lambda: cluster.generation == 2)
         assert await read_job(cluster) == ("train-abc", 2)

@@ -1,5 +1,6 @@
 """A worker's reads of Kueue's queue positions (``hooks.kueue.QueuePositionReader``): at most one request
-per refresh interval on the injected clock, and none after the visibility API said it cannot answer."""
+per refresh interval on the injected clock (the one ``Clock``, here the tests' ``ManualClock``), and
+none after the visibility API said it cannot answer."""
 
 from __future__ import annotations
 
@@ -10,15 +11,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 
 from airflow_provider_disttrain.hooks.kueue import QueuePositionReader
-from tests.unit.fakes import FakeTrainingJobHook
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import FakeTrainingJobHook, ManualClock
 
 
 def pending(name: str, created: str, admitted: bool = False) -> dict[str, Any]:
@@ -32,8 +25,8 @@ def pending(name: str, created: str, admitted: bool = False) -> dict[str, Any]:
 def test_positions_are_read_once_per_interval_however_often_the_waiter_polls() -> None:
     hook = FakeTrainingJobHook()
     hook.workloads = [pending("wl-first", "2026-01-01T00:00:00Z"), pending("wl-mine", "2026-01-01T00:00:05Z")]
-    clock = Clock()
-    reader = QueuePositionReader(hook, structlog.get_logger(), refresh_seconds=30, monotonic=clock)
+    clock = ManualClock(0.0)
+    reader = QueuePositionReader(hook, structlog.get_logger(), refresh_seconds=30, clock=clock)
 
     seen = []
     for second in range(0, 61, 5):  # a waiter polling every 5 s for a minute
@@ -54,8 +47,8 @@ def test_positions_are_read_once_per_interval_however_often_the_waiter_polls() -
 def test_without_permission_the_reader_says_so_once_and_asks_no_more() -> None:
     hook = FakeTrainingJobHook()
     hook.visibility_error = ApiException(status=403, reason="Forbidden")
-    clock = Clock()
-    reader = QueuePositionReader(hook, structlog.get_logger(), refresh_seconds=30, monotonic=clock)
+    clock = ManualClock(0.0)
+    reader = QueuePositionReader(hook, structlog.get_logger(), refresh_seconds=30, clock=clock)
 
     with structlog.testing.capture_logs() as logs:
         for second in (0, 30, 60, 90):
@@ -71,7 +64,7 @@ def test_without_permission_the_reader_says_so_once_and_asks_no_more() -> None:
 def test_an_outage_of_the_api_server_is_raised_not_taken_for_a_missing_permission() -> None:
     hook = FakeTrainingJobHook()
     hook.visibility_error = ApiException(status=500, reason="Internal Server Error")
-    reader = QueuePositionReader(hook, structlog.get_logger(), monotonic=Clock())
+    reader = QueuePositionReader(hook, structlog.get_logger(), clock=ManualClock(0.0))
 
     with pytest.raises(ApiException) as raised:  # for the waiter's own retry handling
         reader.position("team-a", "user-queue", "wl-mine")
@@ -103,8 +96,8 @@ def positioned(*names: str) -> dict[str, Any]:
 def test_a_malformed_answer_is_skipped_with_one_warning_not_raised_into_the_wait() -> None:
     malformed = {"items": [{"metadata": {"name": "wl-mine"}, "positionInLocalQueue": "second"}]}
     hook = AnsweringHook(positioned("wl-first", "wl-mine"), malformed, malformed, positioned("wl-mine"))
-    clock = Clock()
-    reader = QueuePositionReader(hook, structlog.get_logger(), refresh_seconds=30, monotonic=clock)
+    clock = ManualClock(0.0)
+    reader = QueuePositionReader(hook, structlog.get_logger(), refresh_seconds=30, clock=clock)
 
     seen = []
     with structlog.testing.capture_logs() as logs:

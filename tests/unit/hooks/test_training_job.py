@@ -30,7 +30,7 @@ from airflow_provider_disttrain.hooks.training_job import LOG_TAIL_LINES, Traini
 from airflow_provider_disttrain.job.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.kube.connection import ClusterConnection
-from tests.unit.fakes import failed_status, make_job
+from tests.unit.fakes import ManualClock, failed_status, make_job
 
 MANIFEST = {
     "apiVersion": "kubeflow.org/v1",
@@ -382,25 +382,23 @@ def test_delete_forbidden_is_a_cluster_access_error(hook: TrainingJobHook, custo
 def test_delete_and_wait_deletes_then_reads_until_the_job_is_gone(
     hook: TrainingJobHook, custom: MagicMock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sleeps: list[float] = []
-    monkeypatch.setattr("airflow_provider_disttrain.hooks.training_job.time.sleep", sleeps.append)
+    clock = ManualClock(0.0)
     lingering = make_job(namespace="ml", uid="uid-1")  # finalizers still running
     custom.get_namespaced_custom_object.side_effect = [lingering, lingering, api_error(404)]
 
-    assert hook.delete_and_wait("PyTorchJob", "train-abc", "ml", uid="uid-1") is True
+    assert hook.delete_and_wait("PyTorchJob", "train-abc", "ml", uid="uid-1", clock=clock) is True
 
     assert custom.delete_namespaced_custom_object.call_args.kwargs["body"]["preconditions"] == {"uid": "uid-1"}
     assert custom.get_namespaced_custom_object.call_count == 3
-    assert sleeps == [1.0, 1.0]
+    assert clock.sleeps == [1.0, 1.0]
 
 
 def test_delete_and_wait_is_done_when_a_new_job_took_the_name(
     hook: TrainingJobHook, custom: MagicMock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("airflow_provider_disttrain.hooks.training_job.time.sleep", lambda seconds: None)
     custom.get_namespaced_custom_object.return_value = make_job(namespace="ml", uid="uid-2")
 
-    assert hook.delete_and_wait("PyTorchJob", "train-abc", "ml", uid="uid-1") is True
+    assert hook.delete_and_wait("PyTorchJob", "train-abc", "ml", uid="uid-1", clock=ManualClock(0.0)) is True
     assert custom.get_namespaced_custom_object.call_count == 1
 
 
@@ -414,13 +412,10 @@ def test_delete_and_wait_of_a_missing_job_is_false_without_waiting(hook: Trainin
 def test_delete_and_wait_gives_up_after_its_timeout(
     hook: TrainingJobHook, custom: MagicMock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ticks = iter(range(100))
-    monkeypatch.setattr("airflow_provider_disttrain.hooks.training_job.time.monotonic", lambda: float(next(ticks)))
-    monkeypatch.setattr("airflow_provider_disttrain.hooks.training_job.time.sleep", lambda seconds: None)
     custom.get_namespaced_custom_object.return_value = make_job(namespace="ml")
 
     with pytest.raises(TrainingJobError, match=r"^PyTorchJob ml/train-abc still exists 3s after its deletion"):
-        hook.delete_and_wait("PyTorchJob", "train-abc", "ml", timeout=3)
+        hook.delete_and_wait("PyTorchJob", "train-abc", "ml", timeout=3, clock=ManualClock(0.0))
 
 
 # -- pods, logs, events -------------------------------------------------------------------------------------

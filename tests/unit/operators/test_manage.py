@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobNotFoundError, TrainingJobError
-from airflow_provider_disttrain.hooks import training_job as training_job_hook
 from airflow_provider_disttrain.operators.manage import (
     DeleteTrainingJobOperator,
     ResumeTrainingJobOperator,
@@ -18,6 +15,7 @@ from airflow_provider_disttrain.operators.manage import (
 )
 from tests.unit.fakes import (
     FakeTrainingJobHook,
+    ManualClock,
     make_context,
     make_job,
     running_status,
@@ -27,14 +25,9 @@ from tests.unit.fakes import (
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    """The module's ``time``: sleeps are recorded, not slept; each reading of the clock advances 1 s."""
-    ticks = itertools.count()
-    fake = SimpleNamespace(sleeps=[])
-    fake.sleep = fake.sleeps.append
-    fake.monotonic = lambda: float(next(ticks))
-    monkeypatch.setattr(training_job_hook, "time", fake)  # the hook's delete_and_wait loop
-    return fake
+def clock() -> ManualClock:
+    """The operator's clock for the wait for a deletion: sleeps are recorded, and move it on at once."""
+    return ManualClock(0.0)
 
 
 def pytorch_job(**kwargs: Any) -> dict[str, Any]:
@@ -45,13 +38,15 @@ def pytorch_job(**kwargs: Any) -> dict[str, Any]:
 # -- delete ---------------------------------------------------------------------------------------------------------
 
 
-def test_delete_waits_until_the_job_is_gone(clock: SimpleNamespace) -> None:
+def test_delete_waits_until_the_job_is_gone(clock: ManualClock) -> None:
     hook = FakeTrainingJobHook(namespace="ml")
     hook.add_job(pytorch_job())
     hook.delete_removes = False  # finalizers: the job lingers for two reads
     hook.on_get = lambda number: hook.forget("train-abc", "ml") if number == 3 else None
 
-    deleted = with_hook(DeleteTrainingJobOperator(task_id="rm", job_name="train-abc"), hook).execute(make_context())
+    deleted = with_hook(DeleteTrainingJobOperator(task_id="rm", job_name="train-abc"), hook, clock).execute(
+        make_context()
+    )
 
     assert deleted is True
     assert hook.api_calls() == ["delete_job", "get_job", "get_job", "get_job"]
@@ -59,7 +54,7 @@ def test_delete_waits_until_the_job_is_gone(clock: SimpleNamespace) -> None:
     assert clock.sleeps == [1, 1]
 
 
-def test_delete_without_waiting(clock: SimpleNamespace) -> None:
+def test_delete_without_waiting(clock: ManualClock) -> None:
     hook = FakeTrainingJobHook()
     hook.add_job(make_job("train-abc"))
     hook.delete_removes = False
@@ -70,7 +65,7 @@ def test_delete_without_waiting(clock: SimpleNamespace) -> None:
     assert hook.api_calls() == ["delete_job"]
 
 
-def test_delete_gives_up_after_the_deletion_timeout(clock: SimpleNamespace) -> None:
+def test_delete_gives_up_after_the_deletion_timeout(clock: ManualClock) -> None:
     hook = FakeTrainingJobHook()
     hook.add_job(make_job("train-abc"))
     hook.delete_removes = False
@@ -78,10 +73,10 @@ def test_delete_gives_up_after_the_deletion_timeout(clock: SimpleNamespace) -> N
     operator = DeleteTrainingJobOperator(task_id="rm", job_name="train-abc", deletion_timeout=3)
 
     with pytest.raises(TrainingJobError, match="PyTorchJob default/train-abc still exists 3s after its deletion"):
-        with_hook(operator, hook).execute(make_context())
+        with_hook(operator, hook, clock).execute(make_context())
 
 
-def test_delete_of_a_missing_job_is_fine_by_default(clock: SimpleNamespace) -> None:
+def test_delete_of_a_missing_job_is_fine_by_default(clock: ManualClock) -> None:
     hook = FakeTrainingJobHook()
 
     operator = DeleteTrainingJobOperator(task_id="rm", job_name="gone", kind="MPIJob", namespace="ml")
@@ -90,7 +85,7 @@ def test_delete_of_a_missing_job_is_fine_by_default(clock: SimpleNamespace) -> N
     assert hook.called("delete_job")[0][0] == ("MPIJob", "gone", "ml")
 
 
-def test_delete_of_a_missing_job_fails_without_ignore_not_found(clock: SimpleNamespace) -> None:
+def test_delete_of_a_missing_job_fails_without_ignore_not_found(clock: ManualClock) -> None:
     operator = DeleteTrainingJobOperator(task_id="rm", job_name="gone", ignore_not_found=False)
 
     with pytest.raises(JobNotFoundError, match="PyTorchJob default/gone does not exist"):

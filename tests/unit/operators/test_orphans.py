@@ -22,7 +22,7 @@ from airflow_provider_disttrain.ownership import naming, orphans
 from airflow_provider_disttrain.ownership.naming import task_instance_labels
 from airflow_provider_disttrain.ownership.orphans import ORPHANED_SINCE_ANNOTATION
 from tests.unit.fake_apiserver import FakeApiServer
-from tests.unit.fakes import FakeTI, make_context, make_job, running_status, succeeded_status
+from tests.unit.fakes import FakeTI, ManualClock, make_context, make_job, running_status, succeeded_status
 
 RUN = "scheduled__2026-12-01T00:00:00+00:00"
 OTHER_RUN = "manual__2026-12-01T12:34:56.789+00:00"
@@ -73,7 +73,7 @@ Run = Callable[..., Any]
 def run_cleanup() -> Run:
     async def run(airflow: TaskStates, *, now: datetime = NOW, **params: Any) -> dict[str, Any]:
         operator = DeleteOrphanedTrainingJobsOperator(task_id="delete_orphaned_jobs", **params)
-        operator.clock = lambda: now
+        operator.clock = ManualClock(now.timestamp())
         # The operator's sync client talks to the fake server, whose event loop is this test's.
         return await asyncio.to_thread(operator.execute, {"ti": airflow})  # type: ignore[arg-type]
 

@@ -52,6 +52,7 @@ from tests.unit.fakes import (
     FakeTI,
     FakeTrainingJobHook,
     InMemoryWatches,
+    ManualClock,
     failed_status,
     make_context,
     make_event,
@@ -452,7 +453,7 @@ def test_deferrable_defers_to_a_trigger_for_the_submitted_job() -> None:
     )
     # The worker's clock, 20 minutes behind the API server's that stamps creationTimestamp.
     submitted = time.time() - 1200
-    operator.wall_clock = lambda: submitted
+    operator.clock = ManualClock(submitted)
 
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute(make_context(ti))

@@ -33,6 +33,7 @@ from tests.unit.fakes import (
     FakeStateStore,
     FakeTI,
     FakeTrainingJobHook,
+    ManualClock,
     failed_status,
     make_context,
     make_job,
@@ -139,7 +140,7 @@ async def cleanup(cluster: FakeApiServer, jobs: list[dict[str, Any]], task_state
     for job in jobs:
         await cluster.put({**job, "status": running_status()})
     operator = DeleteOrphanedTrainingJobsOperator(task_id="cleanup", kinds=["PyTorchJob"], grace_period=0)
-    operator.clock = lambda: datetime(2026, 12, 1, 20, 0, tzinfo=timezone.utc)
+    operator.clock = ManualClock(datetime(2026, 12, 1, 20, 0, tzinfo=timezone.utc).timestamp())
     return await asyncio.to_thread(operator.execute, {"ti": Airflow(task_state)})  # type: ignore[arg-type]
 
 

@@ -18,6 +18,7 @@ from airflow_provider_disttrain.operators.training_job import TrainingJobOperato
 from airflow_provider_disttrain.parameters import CleanupPolicy, RunPolicy, WaitPolicy
 from tests.unit.fakes import (
     FakeTrainingJobHook,
+    ManualClock,
     condition,
     make_context,
     running_status,
@@ -142,6 +143,20 @@ def test_queue_timeout_must_be_positive() -> None:
 # -- waiting in sync mode ----------------------------------------------------------------------------------
 
 
+def test_the_sync_waits_kueue_line_counts_the_time_waited_on_the_tasks_clock() -> None:
+    """The Kueue reporter reads the task's one clock (``operator.clock``), as the deadlines do."""
+    hook = FakeTrainingJobHook(progression=[held_status(), released_status(), succeeded_status()])
+    add_workload_once_created(hook)
+    task = operator(hook, local_queue="default")
+    task.clock = ManualClock(datetime.now(timezone.utc).timestamp() + 13 * 60)  # the Workload is created now
+
+    with structlog.testing.capture_logs() as logs:
+        task.execute(make_context())
+
+    [line] = [entry["event"] for entry in logs if "is queued by Kueue: " in entry["event"]]
+    assert line.endswith("(13 min)")
+
+
 def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
     # Held for 20 polls (0.2 s), four times the startup limit: the job still runs and succeeds.
     hook = FakeTrainingJobHook(progression=[held_status()] * 20 + [released_status(), succeeded_status()])
@@ -208,7 +223,7 @@ def test_the_trigger_gets_the_queue_deadline_counted_from_the_submission() -> No
         deferrable=True,
         wait_policy=WaitPolicy(queue_timeout=timedelta(minutes=30), startup_timeout=600),
     )
-    task.wall_clock = lambda: 1_000_000.0  # the worker's clock when it submitted the job
+    task.clock = ManualClock(1_000_000.0)  # the worker's clock when it submitted the job
 
     with pytest.raises(TaskDeferred) as deferred:
         task.execute(make_context())

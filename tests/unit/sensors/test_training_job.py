@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -159,7 +158,6 @@ def test_deferrable_defers_to_a_trigger_that_never_deletes_the_job() -> None:
     hook = hook_with(running_status(), connection=connection)
     sensor = make_sensor(hook, deferrable=True, timeout=timedelta(hours=1), poke_interval=30)
 
-    before = time.time()
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(make_context())
 
@@ -167,7 +165,7 @@ def test_deferrable_defers_to_a_trigger_that_never_deletes_the_job() -> None:
     assert isinstance(trigger, TrainingJobTrigger)
     assert (trigger.kind, trigger.name, trigger.namespace, trigger.uid) == ("PyTorchJob", "train-abc", "default", None)
     assert trigger.cleanup_policy.on_kill is False  # the sensor does not own the job
-    assert before + 3600 <= trigger.deadlines.execution <= time.time() + 3600
+    assert trigger.deadlines.execution == sensor.clock.wall() + 3600  # on the sensor's clock
     assert trigger.deadlines.startup is None
     assert trigger.wait_policy.poll_seconds == 30.0
     assert trigger.connection == connection
