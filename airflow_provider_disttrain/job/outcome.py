@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result
+from airflow_provider_disttrain.job.status import JobState, has_run
 from airflow_provider_disttrain.job.view import JobRef, JobView
 from airflow_provider_disttrain.kueue.admission import NeverAdmitted
 from airflow_provider_disttrain.kueue.hold import held_by_kueue, startup_clock_shift
@@ -93,7 +93,7 @@ def conclude(view: JobView, status: str, message: str) -> dict[str, Any]:
         ref.namespace,
         message,
         state=view.state.value if view.state is not None else None,
-        job=job_result(job, ref.kind) if job else None,
+        job=view.result() if job else None,
     ).to_event()
 
 
@@ -119,7 +119,7 @@ def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
 
 
 def _last_state(view: JobView) -> str:
-    described = describe_state(view.job or {})
+    described = view.describe()
     return f"{described}; Kueue: {view.waiting_reason}" if view.waiting_reason else described
 
 
@@ -129,12 +129,12 @@ def lost_contact(
     """The wait could not reach the API server for ``waited`` seconds (``error``: the last failure);
     ``job`` is the last look at the job, taken by ``last_contact`` (epoch seconds)."""
     at = datetime.fromtimestamp(last_contact, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    seen = f"was last seen {describe_state(job)} at {at}" if job else f"had not been read yet at {at}"
-    return make_outcome(
-        ref,
+    view = JobView.observe(ref, job or None)
+    seen = f"was last seen {view.describe()} at {at}" if job else f"had not been read yet at {at}"
+    return conclude(
+        view,
         LOST_CONTACT,
         f"lost contact with the API server for {waited:.0f}s while waiting for {ref.title} ({error}); the job {seen}",
-        job,
     )
 
 
@@ -197,7 +197,7 @@ def check_view(
     if state is JobState.SUCCEEDED:
         return conclude(view, SUCCESS, f"{ref.title} succeeded")
     if state is JobState.FAILED:
-        return conclude(view, FAILED, f"{ref.title} failed: {describe_state(job)}")
+        return conclude(view, FAILED, f"{ref.title} failed: {view.describe()}")
     awaits_admission = view.hold is not None and not view.has_run  # ``queue_deadline_applies``
     if view.never_admitted is not None and awaits_admission:
         return conclude(view, INADMISSIBLE, f"{ref.title} was not admitted: {view.never_admitted.describe()}")
@@ -216,7 +216,7 @@ def check_view(
     startup_deadline = startup_deadline_for(job, startup_deadline)
     if startup_deadline is not None and now >= startup_deadline and state in _NOT_STARTED_STATES and not view.has_run:
         return conclude(
-            view, TIMEOUT, f"{ref.title} did not start within startup_timeout; last state: {describe_state(job)}"
+            view, TIMEOUT, f"{ref.title} did not start within startup_timeout; last state: {view.describe()}"
         )
     return None
 
@@ -269,4 +269,4 @@ def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] 
         return outcome
     if view.state is JobState.SUCCEEDED:
         return conclude(view, SUCCESS, f"{ref.title} succeeded")
-    return conclude(view, FAILED, f"{ref.title} failed: {describe_state(view.job)}")
+    return conclude(view, FAILED, f"{ref.title} failed: {view.describe()}")

@@ -162,8 +162,11 @@ def job_times(job: Mapping[str, Any]) -> tuple[Any, Any]:
     return start or None, _timestamp(finished) if finished else None
 
 
-def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """The JSON-safe summary a training task returns to XCom (with ``trainer_status`` when the trainer reported)."""
+def job_result(job: Mapping[str, Any], kind: str, state: JobState) -> dict[str, Any]:
+    """The JSON-safe summary a training task returns to XCom (with ``trainer_status`` when the trainer reported).
+
+    ``state``: the job's ``job_state``, as the caller's one look at it read it (``JobView.result``).
+    """
     metadata = job.get("metadata") or {}
     start_time, completion_time = job_times(job)
     start = parse_time(start_time)
@@ -175,7 +178,7 @@ def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
         "kind": kind,
         "uid": metadata.get("uid"),
         "local_queue": queue_name(job),
-        "state": job_state(job).value,
+        "state": state.value,
         "conditions": [
             {
                 key: condition.get(key)
@@ -195,19 +198,22 @@ def job_result(job: Mapping[str, Any], kind: str) -> dict[str, Any]:
     }
 
 
-def describe_state(job: Mapping[str, Any]) -> str:
-    """One line for the task log: the state and the newest condition's reason and message."""
+def describe_state(job: Mapping[str, Any], state: JobState) -> str:
+    """One line for the task log: the state and the newest condition's reason and message.
+
+    ``state``: the job's ``job_state``, as the caller's one look at it read it (``JobView.describe``).
+    """
     # The condition the state was read from, so a Running set after Failed cannot explain a failure.
     newest = _deciding_condition(job)
-    state = job_state(job).value
+    said = state.value
     if held_by_kueue(job):
         # Suspended by Kueue until its quota admits it: waiting in a queue, not stuck.
-        state = describe_hold(job)
+        said = describe_hold(job)
     if not newest and kind_of(job).status.running_counters and (counts := replica_counts(job)):
         # A TrainJob has no condition while it runs: its replicated jobs' counters say what there is.
         jobs = ", ".join(f"{name}: {c['ready']} ready, {c['active']} active" for name, c in sorted(counts.items()))
-        return f"{state} ({jobs})"
+        return f"{said} ({jobs})"
     if not newest:
-        return f"{state} (no conditions yet)"
+        return f"{said} (no conditions yet)"
     detail = ": ".join(part for part in (newest.get("reason"), newest.get("message")) if part)
-    return f"{state} ({newest.get('type')}{' - ' + detail if detail else ''})"
+    return f"{said} ({newest.get('type')}{' - ' + detail if detail else ''})"

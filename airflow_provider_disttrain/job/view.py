@@ -16,7 +16,15 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.job.kinds import JobKind, kind_of
-from airflow_provider_disttrain.job.status import JobState, has_run, job_state, job_times, replica_counts
+from airflow_provider_disttrain.job.status import (
+    JobState,
+    describe_state,
+    has_run,
+    job_result,
+    job_state,
+    job_times,
+    replica_counts,
+)
 from airflow_provider_disttrain.job.trainer_status import TrainerProgress, trainer_progress
 from airflow_provider_disttrain.kueue.hold import held_by_kueue
 
@@ -79,6 +87,29 @@ class JobView:
         ran = (previous is not None and previous.has_run) or state is JobState.RUNNING or has_run(job)
         hold = KueueHold(waiting_reason, never_admitted) if held_by_kueue(job) else None
         return cls(ref, job, state, ran, hold)
+
+    @classmethod
+    def of(cls, job: Mapping[str, Any], *, previous: JobView | None = None) -> JobView:
+        """The view of a job read outside a wait (a task's submit, the cleanup, the UI): its ref from
+        its own metadata."""
+        metadata = job.get("metadata") or {}
+        ref = JobRef(
+            str(job.get("kind") or ""),
+            str(metadata.get("name") or ""),
+            str(metadata.get("namespace") or ""),
+            metadata.get("uid"),
+        )
+        return cls.observe(ref, job, previous=previous)
+
+    def describe(self) -> str:
+        """``status.describe_state`` of this look; a job not found reads as a fresh one (queued, no conditions)."""
+        return describe_state(self.job or {}, self.state or JobState.QUEUED)
+
+    def result(self, kind: str | None = None) -> dict[str, Any]:
+        """``status.job_result`` of this look (``kind``: the task's kind, else the ref's); the job must be found."""
+        if self.job is None or self.state is None:
+            raise ValueError(f"{self.ref.title}: no job to summarize (it was not found)")
+        return job_result(self.job, kind or self.ref.kind, self.state)
 
     @property
     def found(self) -> bool:

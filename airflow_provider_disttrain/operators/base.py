@@ -22,7 +22,7 @@ from airflow_provider_disttrain.job.deadlines import Deadlines
 from airflow_provider_disttrain.job.gpus import gpus_per_replica
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome
-from airflow_provider_disttrain.job.status import describe_state, job_result, job_state
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.manifest.builder import set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, manifest_template
@@ -314,7 +314,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         if self.server_dry_run:
             admitted = hook.create_job(self.kind, manifest, manifest["metadata"]["namespace"], dry_run=True)
             self.log.info("Dry run: the API server accepted %s %s", self.kind, manifest["metadata"]["name"])
-            return job_result(admitted, self.kind)
+            return JobView.of(admitted).result(self.kind)
 
         identity = self.identity(context)
         if (earlier := identity.earlier_try_result()) is not None:
@@ -344,10 +344,11 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         metadata = job["metadata"]
         self._job_ref = ref = JobRef(self.kind, metadata["name"], metadata["namespace"], metadata.get("uid"))
         JobIdentity.publish(context["ti"], ref)
-        self.log.info("%s %s: %s", "Reattached to" if reattached else "Submitted", ref.title, describe_state(job))
+        seen = JobView.observe(ref, job)  # the job as the submit (or the reattach) read it
+        self.log.info("%s %s: %s", "Reattached to" if reattached else "Submitted", ref.title, seen.describe())
         if not self.wait_for_completion:
             identity.remember(ref, task_succeeded=True)
-            return job_result(job, self.kind)
+            return seen.result(self.kind)
 
         now = self.wall_clock()
         deadlines = Deadlines.for_job(
@@ -359,7 +360,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             task_started_at=getattr(context["ti"], "start_date", None),
             now=now,
         )
-        if self.deferrable and not job_state(job).is_terminal:
+        if self.deferrable and not seen.is_terminal:
             self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job))
         outcome = self._wait(hook, ref, deadlines)
         if reattached and identity.taken_over_job_vanished(ref, outcome):
@@ -390,7 +391,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
             job = self.identity(context).own_job_from_xcom(context["ti"])
-            if self.cleanup_policy.on_timeout and job is not None and not job_state(job).is_terminal:
+            if self.cleanup_policy.on_timeout and job is not None and not JobView.of(job).is_terminal:
                 metadata = job["metadata"]
                 self.log.warning(
                     "Deferral timed out: deleting %s %s/%s", self.kind, metadata["namespace"], metadata["name"]

@@ -30,7 +30,7 @@ from airflow_provider_disttrain.failures.failure_class import FailureCause, Fail
 from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.job.outcome import JobRef, same_job, settle_timeout
-from airflow_provider_disttrain.job.status import job_state
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kueue.history import describe_record, kueue_record
 from airflow_provider_disttrain.kueue.hold import held_by_kueue, queue_name
 from airflow_provider_disttrain.ownership.identity import JobIdentity
@@ -155,7 +155,7 @@ class JobEnding:
             raise classed_error(JobTimeoutError, failure, message)
         if (
             job is not None
-            and not job_state(job).is_terminal
+            and not JobView.observe(ref, job).is_terminal
             and self.last_try
             # Nothing will come back for this job: a later try would have reattached to it. The uid
             # precondition fails (False) when the job under this name is someone else's now.

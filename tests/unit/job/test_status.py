@@ -14,13 +14,12 @@ import pytest
 
 from airflow_provider_disttrain.job.status import (
     JobState,
-    describe_state,
     failure_condition,
     has_run,
-    job_result,
     job_state,
     parse_time,
 )
+from airflow_provider_disttrain.job.view import JobView
 
 
 def condition(type_: str, status: str, at: str, reason: str | None = None, message: str | None = None) -> dict:
@@ -214,7 +213,7 @@ def test_job_state_is_a_string_enum_usable_in_trigger_events():
 def test_result_of_a_succeeded_job_summarises_it_for_xcom(load_yaml):
     job = load_yaml("status/pytorchjob-succeeded.yaml")
 
-    result = job_result(job, "PyTorchJob")
+    result = JobView.of(job).result("PyTorchJob")
 
     assert json.loads(json.dumps(result)) == result
     assert result["name"] == "pytorch-simple"
@@ -256,7 +255,7 @@ def test_result_of_a_succeeded_job_summarises_it_for_xcom(load_yaml):
 
 
 def test_result_of_a_failed_job_counts_the_failed_replica(load_yaml):
-    result = job_result(load_yaml("status/pytorchjob-failed.yaml"), "PyTorchJob")
+    result = JobView.of(load_yaml("status/pytorchjob-failed.yaml")).result("PyTorchJob")
 
     assert result["state"] == "failed"
     assert result["duration_seconds"] == 126.0
@@ -268,7 +267,7 @@ def test_result_of_a_failed_job_counts_the_failed_replica(load_yaml):
 
 
 def test_result_of_a_running_job_has_no_completion_or_duration(load_yaml):
-    result = job_result(load_yaml("status/pytorchjob-running.yaml"), "PyTorchJob")
+    result = JobView.of(load_yaml("status/pytorchjob-running.yaml")).result("PyTorchJob")
 
     assert result["state"] == "running"
     assert result["start_time"] == "2024-05-14T09:12:04Z"
@@ -278,7 +277,7 @@ def test_result_of_a_running_job_has_no_completion_or_duration(load_yaml):
 
 
 def test_result_of_a_suspended_job_has_no_start_time_and_empty_replica_counts(load_yaml):
-    result = job_result(load_yaml("status/pytorchjob-suspended.yaml"), "PyTorchJob")
+    result = JobView.of(load_yaml("status/pytorchjob-suspended.yaml")).result("PyTorchJob")
 
     assert result["state"] == "suspended"
     assert result["start_time"] is None
@@ -290,7 +289,7 @@ def test_result_of_a_suspended_job_has_no_start_time_and_empty_replica_counts(lo
 
 
 def test_result_of_an_mpijob_uses_launcher_and_worker_replica_statuses(load_yaml):
-    result = job_result(load_yaml("status/mpijob-succeeded.yaml"), "MPIJob")
+    result = JobView.of(load_yaml("status/mpijob-succeeded.yaml")).result("MPIJob")
 
     assert json.loads(json.dumps(result)) == result
     assert result["kind"] == "MPIJob"
@@ -304,7 +303,7 @@ def test_result_of_an_mpijob_uses_launcher_and_worker_replica_statuses(load_yaml
 
 
 def test_result_of_a_fresh_job_without_status():
-    result = job_result({"metadata": {"name": "mnist", "namespace": "team-a", "uid": "u-1"}}, "TFJob")
+    result = JobView.of({"metadata": {"name": "mnist", "namespace": "team-a", "uid": "u-1"}}).result("TFJob")
 
     assert result == {
         "name": "mnist",
@@ -327,12 +326,12 @@ def test_result_duration_handles_fractional_seconds_and_offsets():
         "status": {"startTime": "2024-05-14T09:59:59.500000Z", "completionTime": "2024-05-14T12:00:00+02:00"},
     }
     # 12:00+02:00 is 10:00Z, half a second after the start.
-    assert job_result(job, "PyTorchJob")["duration_seconds"] == 0.5
+    assert JobView.of(job).result("PyTorchJob")["duration_seconds"] == 0.5
 
 
 def test_result_drops_condition_keys_the_operator_did_not_set():
     job = job_with({"type": "Created", "status": "True"})
-    assert job_result(job, "PyTorchJob")["conditions"] == [{"type": "Created", "status": "True"}]
+    assert JobView.of(job).result("PyTorchJob")["conditions"] == [{"type": "Created", "status": "True"}]
 
 
 # -- describe_state, failure_condition, parse_time ---------------------------
@@ -366,15 +365,15 @@ def test_result_drops_condition_keys_the_operator_did_not_set():
     ],
 )
 def test_describe_state_names_state_condition_reason_and_message(load_yaml, fixture, expected):
-    assert describe_state(load_yaml(fixture)) == expected
+    assert JobView.of(load_yaml(fixture)).describe() == expected
 
 
 def test_describe_state_before_the_operator_saw_the_job():
-    assert describe_state({"metadata": {"name": "mnist"}}) == "queued (no conditions yet)"
+    assert JobView.of({"metadata": {"name": "mnist"}}).describe() == "queued (no conditions yet)"
 
 
 def test_describe_state_without_reason_or_message_shows_only_the_type():
-    assert describe_state(job_with({"type": "Running", "status": "True"})) == "running (Running)"
+    assert JobView.of(job_with({"type": "Running", "status": "True"})).describe() == "running (Running)"
 
 
 def test_describe_state_explains_a_failure_with_the_failed_condition_not_a_later_running_one():
@@ -385,7 +384,7 @@ def test_describe_state_explains_a_failure_with_the_failed_condition_not_a_later
         condition("Running", "True", T4, message="PyTorchJob team-a/mnist is running."),
     )
 
-    assert describe_state(job) == (
+    assert JobView.of(job).describe() == (
         "failed (Failed - PyTorchJobFailed: PyTorchJob team-a/mnist is failed because 1 Worker replica(s) failed.)"
     )
 
@@ -483,4 +482,4 @@ def test_the_real_suspended_pytorchjob_has_run_and_reads_as_suspended(load_yaml)
 
     assert has_run(job)
     assert job_state(job) is JobState.SUSPENDED
-    assert describe_state(job).startswith("suspended (Suspended - PyTorchJobSuspended")
+    assert JobView.of(job).describe().startswith("suspended (Suspended - PyTorchJobSuspended")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_disttrain.job.outcome import JobRef, check_job
-from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result, job_state
+from airflow_provider_disttrain.job.status import JobState, has_run, job_state
+from airflow_provider_disttrain.job.view import JobView
 
 RESULT_KEYS = {
     "name",
@@ -40,7 +41,7 @@ def test_state_comes_from_the_conditions_and_the_replicated_jobs(load_yaml, fixt
 def test_a_trainjob_without_status_is_queued(load_yaml):
     job = load_yaml("manifests/trainjob.yaml")
     assert job_state(job) is JobState.QUEUED
-    assert describe_state(job) == "queued (no conditions yet)"
+    assert JobView.of(job).describe() == "queued (no conditions yet)"
     assert has_run(job) is False
 
 
@@ -50,7 +51,7 @@ def test_complete_is_success_and_final_even_after_a_later_suspended_condition(lo
         {"type": "Suspended", "status": "True", "reason": "Suspended", "lastTransitionTime": "2024-05-14T09:30:00Z"}
     )
     assert job_state(job) is JobState.SUCCEEDED
-    assert describe_state(job) == "succeeded (Complete - AllJobsCompleted: jobset completed successfully)"
+    assert JobView.of(job).describe() == "succeeded (Complete - AllJobsCompleted: jobset completed successfully)"
 
 
 def test_pods_pending_do_not_make_it_running(load_yaml):
@@ -82,8 +83,8 @@ def test_has_run(load_yaml, fixture, ran):
 
 
 def test_the_result_has_the_keys_of_every_kind_with_counts_per_replicated_job(load_yaml):
-    result = job_result(load_yaml("status/trainjob-complete.yaml"), "TrainJob")
-    pytorch = job_result(load_yaml("status/pytorchjob-succeeded.yaml"), "PyTorchJob")
+    result = JobView.of(load_yaml("status/trainjob-complete.yaml")).result("TrainJob")
+    pytorch = JobView.of(load_yaml("status/pytorchjob-succeeded.yaml")).result("PyTorchJob")
 
     assert set(result) == set(pytorch) == RESULT_KEYS
     assert result["state"] == "succeeded"
@@ -102,7 +103,7 @@ def test_the_result_has_the_keys_of_every_kind_with_counts_per_replicated_job(lo
 
 def test_times_come_from_creation_and_the_terminal_condition(load_yaml):
     """A TrainJob's status has no startTime/completionTime."""
-    result = job_result(load_yaml("status/trainjob-complete.yaml"), "TrainJob")
+    result = JobView.of(load_yaml("status/trainjob-complete.yaml")).result("TrainJob")
     assert result["start_time"] == "2024-05-14T09:12:03Z"
     assert result["completion_time"] == "2024-05-14T09:22:08Z"
     assert result["duration_seconds"] == 605.0
@@ -113,7 +114,7 @@ def test_a_resumed_trainjob_starts_when_it_was_resumed(load_yaml):
     job["status"]["conditions"].append(
         {"type": "Failed", "status": "True", "reason": "FailedJobs", "lastTransitionTime": "2024-05-14T09:17:30Z"}
     )
-    result = job_result(job, "TrainJob")
+    result = JobView.of(job).result("TrainJob")
     assert (result["start_time"], result["completion_time"], result["duration_seconds"]) == (
         "2024-05-14T09:16:30Z",
         "2024-05-14T09:17:30Z",
@@ -122,7 +123,7 @@ def test_a_resumed_trainjob_starts_when_it_was_resumed(load_yaml):
 
 
 def test_a_running_trainjob_has_no_completion_time(load_yaml):
-    result = job_result(load_yaml("status/trainjob-running.yaml"), "TrainJob")
+    result = JobView.of(load_yaml("status/trainjob-running.yaml")).result("TrainJob")
     assert result["completion_time"] is None
     assert result["duration_seconds"] is None
     assert result["replica_statuses"] == {"node": {"active": 1, "succeeded": 0, "failed": 0}}
@@ -143,7 +144,7 @@ def test_failed_outcome_carries_trainer_s_reason(load_yaml):
 def test_a_malformed_jobs_status_reads_as_no_counts(load_yaml):
     job = load_yaml("status/trainjob-running.yaml")
     job["status"]["jobsStatus"] = {"node": {"ready": 1}}  # a map, not the CRD's list
-    assert job_result(job, "TrainJob")["replica_statuses"] == {}
+    assert JobView.of(job).result("TrainJob")["replica_statuses"] == {}
     assert job_state(job) is JobState.QUEUED
 
 
@@ -157,4 +158,4 @@ def test_a_malformed_jobs_status_reads_as_no_counts(load_yaml):
     ],
 )
 def test_the_log_line_says_what_the_replicated_jobs_do_while_no_condition_does(load_yaml, fixture, line):
-    assert describe_state(load_yaml(fixture)) == line
+    assert JobView.of(load_yaml(fixture)).describe() == line

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.job.status import JobState, describe_state, job_state
+from airflow_provider_disttrain.job.status import JobState, job_state
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.hold import (
     JOB_UID_LABEL,
@@ -114,12 +115,12 @@ def test_a_released_job_starts_its_clock_at_its_resumed_transition() -> None:
 
 
 def test_describe_state_says_queued_by_kueue_rather_than_suspended() -> None:
-    text = describe_state(held())
+    text = JobView.of(held()).describe()
     assert text.startswith("queued by Kueue in LocalQueue 'default'")
     assert "PyTorchJobSuspended" in text
     unqueued = held()
     del unqueued["metadata"]["labels"][QUEUE_NAME_LABEL]
-    assert describe_state(unqueued).startswith("suspended (Suspended")
+    assert JobView.of(unqueued).describe().startswith("suspended (Suspended")
 
 
 # -- the Workload ----------------------------------------------------------------------------------------
