@@ -123,14 +123,14 @@ class DecoratedTrainingJobOperator(DecoratedOperator):
     # -- the return value ------------------------------------------------------------------------------
 
     def _finish(
-        self, hook: TrainingJobHook, outcome: dict[str, Any], context: Context, *, logs_forwarded: bool
+        self, hook: TrainingJobHook, outcome: outcomes.Outcome, context: Context, *, logs_forwarded: bool
     ) -> dict[str, Any]:
         ref = self._job_ref  # type: ignore[attr-defined]
-        if outcome["status"] == outcomes.SUCCESS and ref is not None:
+        if outcome.status == outcomes.SUCCESS and ref is not None:
             # Read before the base class may delete the job (delete_on_finish) and saves the result for a retry.
             kind = self.job_kind  # type: ignore[attr-defined]
             value = decode_return_value(kind, ref.title, hook.list_job_pods(ref.name, ref.namespace, kind=kind))
-            outcome = {**outcome, "job": {**outcome["job"], RETURN_VALUE_KEY: value}}
+            outcome = replace(outcome, job={**(outcome.job or {}), RETURN_VALUE_KEY: value})
         return super()._finish(hook, outcome, context, logs_forwarded=logs_forwarded)  # type: ignore[misc]
 
     @staticmethod

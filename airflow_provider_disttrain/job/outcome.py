@@ -84,6 +84,11 @@ def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] 
 
 
 def conclude(view: JobView, status: str, message: str) -> dict[str, Any]:
+    """The outcome ``status`` of the wait for ``view``'s job, with its last look at the job, as an event."""
+    return concluded(view, status, message).to_event()
+
+
+def concluded(view: JobView, status: str, message: str) -> Outcome:
     """The outcome ``status`` of the wait for ``view``'s job, with its last look at the job."""
     ref, job = view.ref, view.job
     return Outcome(
@@ -94,7 +99,7 @@ def conclude(view: JobView, status: str, message: str) -> dict[str, Any]:
         message,
         state=view.state.value if view.state is not None else None,
         job=view.result() if job else None,
-    ).to_event()
+    )
 
 
 _NOT_STARTED_STATES = (None, JobState.QUEUED, JobState.SUSPENDED)
@@ -256,7 +261,7 @@ def same_job(ref: JobRef, job: Mapping[str, Any] | None) -> Mapping[str, Any] | 
     return None
 
 
-def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
+def settle_timeout(ref: JobRef, outcome: Outcome, job: Mapping[str, Any] | None) -> Outcome:
     """A timeout ``outcome`` judged on an older look at the job, settled by a fresh look (``job``).
 
     A trigger's cache can lag behind the job (a silent watch): a job that has finished since ends the
@@ -265,8 +270,8 @@ def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] 
     is returned as it is (the same object).
     """
     view = JobView.observe(ref, same_job(ref, job))
-    if outcome["status"] != TIMEOUT or view.job is None or not view.is_terminal:
+    if outcome.status != TIMEOUT or view.job is None or not view.is_terminal:
         return outcome
     if view.state is JobState.SUCCEEDED:
-        return conclude(view, SUCCESS, f"{ref.title} succeeded")
-    return conclude(view, FAILED, f"{ref.title} failed: {view.describe()}")
+        return concluded(view, SUCCESS, f"{ref.title} succeeded")
+    return concluded(view, FAILED, f"{ref.title} failed: {view.describe()}")

@@ -362,7 +362,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         )
         if self.deferrable and not seen.is_terminal:
             self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job))
-        outcome = self._wait(hook, ref, deadlines)
+        outcome = Outcome.from_event(self._wait(hook, ref, deadlines))
         if reattached and identity.taken_over_job_vanished(ref, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, outcome, context, logs_forwarded=True)
@@ -378,11 +378,10 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         """
         outcome = Outcome.from_event(event)  # the trigger's event, read back through the schema that wrote it
         self._job_ref = JobRef(self.kind, outcome.name, outcome.namespace, job_uid or outcome.ref.uid)
-        event = outcome.to_event()
         hook = self.hook
-        if reattached and self.identity(context).taken_over_job_vanished(self._job_ref, event):
+        if reattached and self.identity(context).taken_over_job_vanished(self._job_ref, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
-        return self._finish(hook, event, context, logs_forwarded=False)
+        return self._finish(hook, outcome, context, logs_forwarded=False)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         # If the scheduler's own deferral timeout beat the trigger's deadline, the job must still go,
@@ -454,7 +453,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
     # -- the ending, shared by both modes -------------------------------------------------------------
 
     def _finish(
-        self, hook: TrainingJobHook, outcome: dict[str, Any], context: Context, *, logs_forwarded: bool
+        self, hook: TrainingJobHook, outcome: Outcome, context: Context, *, logs_forwarded: bool
     ) -> dict[str, Any]:
         assert self._job_ref is not None
         ending = JobEnding(

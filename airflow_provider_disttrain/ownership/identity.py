@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
-from airflow_provider_disttrain.job.outcome import ERROR, JobRef
+from airflow_provider_disttrain.job.outcome import ERROR, JobRef, Outcome
 from airflow_provider_disttrain.job.status import JobState
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.ownership.naming import (
@@ -302,14 +302,14 @@ class JobIdentity:
         """Whether the job ``ref`` pins is deleted, being deleted, or replaced by another under its name."""
         return _gone_or_going(self.hook.get_job(ref.kind, ref.name, ref.namespace), ref.uid)
 
-    def taken_over_job_vanished(self, ref: JobRef, outcome: Mapping[str, Any]) -> bool:
+    def taken_over_job_vanished(self, ref: JobRef, outcome: Outcome) -> bool:
         """Whether the job this try took over from an earlier one is gone, so a fresh one must be submitted.
 
         Clearing a deferred task starts the new try at once and the old try's trigger deletes the job
         (``on_kill``) a moment later: the new try may have taken that job over already. The user asked
         for the task to run again, so it does, rather than failing on the earlier try's cleanup.
         """
-        if outcome["status"] != ERROR or not self.vanished(ref):
+        if outcome.status != ERROR or not self.vanished(ref):
             return False
         self.log.warning(
             "%s, which this try took over from an earlier one, was deleted (the earlier try's cleanup, "
