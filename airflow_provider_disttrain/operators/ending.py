@@ -3,10 +3,10 @@
 Given the wait's outcome: copy the logs the wait did not (all of them after a deferral, minus what
 the trigger streamed), read the leader's metrics into a success's result and save it for a retry,
 delete the job as the ``CleanupPolicy`` says, and otherwise fail the task with an explanation of
-what happened to the job (``hook.diagnose_outcome``: pods, container logs, events) and an error whose
-type says whose failure it was (``failure_class``: the training's or the infrastructure's). A timeout is
-settled with a fresh look first: a job that finished meanwhile ends the task as it finished. A wait that
-lost contact with the API server (``outcome.LOST_CONTACT``) ends the task without reading or deleting.
+what happened to the job (``failure_class.diagnose`` of the pods, container logs and events the hook
+reads) and an error whose type says whose failure it was (the training's or the infrastructure's). A
+timeout is settled with a fresh look first: a job that finished meanwhile ends the task as it finished. A
+wait that lost contact with the API server (``outcome.LOST_CONTACT``) ends the task without reading or deleting.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
     classed_error,
 )
-from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass
+from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass, diagnose
 from airflow_provider_disttrain.job import outcome as outcomes
-from airflow_provider_disttrain.job.kinds import JobKind
+from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome, same_job, settle_timeout
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kueue.history import describe_record, kueue_record
@@ -79,7 +79,8 @@ def diagnosis(
 ) -> tuple[str, FailureCause]:
     """What the job's pods, their failing containers' logs and events say about a wait that did not
     succeed (``outcome``), and whose failure it was: the training operators' ending and the sensor's."""
-    return hook.diagnose_outcome(ref, outcome.status, outcome.message, job, logger=log)
+    evidence = hook.collect_evidence(ref, logger=log)
+    return diagnose(get_job_kind(ref.kind), ref.title, outcome.status, outcome.message, job, evidence)
 
 
 def described_failure(message: str, cause: FailureCause, log: logging.Logger | Any) -> tuple[str, dict[str, Any]]:
