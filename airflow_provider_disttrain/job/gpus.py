@@ -47,6 +47,8 @@ def replica_specs(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     A TrainJob has no replica specs: its ``node`` replicated job has ``numNodes`` pods, each with the
     trainer's ``resourcesPerNode``.
     """
+    # Its own lookup: the spec is read where no look at the job's status is taken (the manifest or the
+    # job just created, before a deferral: ``gpus_per_replica``).
     kind = kind_of(job)
     spec = job.get("spec") or {}
     if kind.node_count_path is not None:

@@ -16,6 +16,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider_disttrain.job.kinds import kind_of
 from airflow_provider_disttrain.job.status import JobState, has_run
 from airflow_provider_disttrain.job.view import JobRef, JobView
 from airflow_provider_disttrain.kueue.admission import NeverAdmitted
@@ -120,7 +121,9 @@ def startup_deadline_for(job: Mapping[str, Any] | None, startup_deadline: float 
 
 def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
     """``queue_timeout`` bounds only the wait for a first admission: Kueue holds the job, which never ran."""
-    return job is not None and held_by_kueue(job) and not (ran or has_run(job))
+    # Its own lookup: ``seconds_to_deadline`` is given a bare job (``Deadlines.seconds_left``); the wait
+    # loops' ``JobView`` has read ``has_run`` into ``ran`` already.
+    return job is not None and held_by_kueue(job) and not (ran or has_run(job, kind_of(job)))
 
 
 def _last_state(view: JobView) -> str:

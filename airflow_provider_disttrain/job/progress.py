@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_disttrain.job.status import JobState, has_run, replica_counts
+from airflow_provider_disttrain.job.status import JobState, has_run
 from airflow_provider_disttrain.job.trainer_status import describe_progress
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import conditions
@@ -31,10 +31,10 @@ DEFAULT_BURST = 3
 _UNSCHEDULABLE = "unschedulable"
 
 
-def replicas_text(job: Mapping[str, Any]) -> str:
+def replicas_text(view: JobView) -> str:
     """``Master: 1 active; Worker: 2 active, 1 failed`` (zero counters left out), from the job's status."""
     parts = []
-    for replica, counts in sorted(replica_counts(job).items()):
+    for replica, counts in sorted(view.replicas.items()):
         shown = ", ".join(f"{counts[c]} {c}" for c in ("active", "succeeded", "failed") if counts.get(c))
         parts.append(f"{replica}: {shown or 'none yet'}")
     return "; ".join(parts)
@@ -61,11 +61,13 @@ def _restart_mark(job: Mapping[str, Any]) -> str | None:
     return None
 
 
-def lost_its_admission(job: Mapping[str, Any]) -> bool:
+def lost_its_admission(view: JobView) -> bool:
     """Whether Kueue took a running job's admission away (preemption, eviction): it is queued again after
     it ran. Said at once, as a terminal state is: held back, the line would be replaced by the next
     "running" before anyone read why the job stopped."""
-    return held_by_kueue(job) and has_run(job)
+    # What the job's own conditions say (``status.has_run``), not what earlier views saw: as before views.
+    job, kind = view.job, view.kind
+    return job is not None and kind is not None and held_by_kueue(job) and has_run(job, kind)
 
 
 class ProgressTracker:
@@ -98,7 +100,7 @@ class ProgressTracker:
         if line != self._pending:
             self._held += 1
         self._pending = line
-        if self._tokens < 1 and not view.is_terminal and not lost_its_admission(job):
+        if self._tokens < 1 and not view.is_terminal and not lost_its_admission(view):
             return None
         self._tokens = max(0.0, self._tokens - 1)
         coalesced = f" ({self._held} changes since the last line)" if self._held > 1 else ""
@@ -120,7 +122,7 @@ class ProgressTracker:
     def _line(self, view: JobView, waiting_reason: str | None) -> str:
         job = view.job or {}
         parts = [view.describe()]
-        if replicas := replicas_text(job):
+        if replicas := replicas_text(view):
             parts.append(f"replicas {replicas}")
         if view.state in (JobState.QUEUED, JobState.SUSPENDED) and (waiting := waiting_text(job, waiting_reason)):
             parts.append(f"waiting: {waiting}")

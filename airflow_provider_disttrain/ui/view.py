@@ -255,7 +255,7 @@ def job_detail(
         waiting = waiting_text(job, kueue_reason)
     failure = failure_condition(job)
     progress = seen.describe()
-    if text := replicas_text(job):
+    if text := replicas_text(seen):
         progress += f" | replicas {text}"
     return {
         **_summary(seen, now),

@@ -12,11 +12,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_provider_disttrain.job.kinds import kind_of
 from airflow_provider_disttrain.job.status import (
     JobState,
     failure_condition,
     has_run,
-    job_state,
     parse_time,
 )
 from airflow_provider_disttrain.job.view import JobView
@@ -149,7 +149,7 @@ SEQUENCES = [
 
 @pytest.mark.parametrize(("story", "conditions", "expected"), SEQUENCES, ids=[case[0] for case in SEQUENCES])
 def test_job_state_follows_the_operators_condition_sequences(story, conditions, expected):
-    assert job_state(job_with(*conditions)) is expected
+    assert JobView.of(job_with(*conditions)).state is expected
 
 
 @pytest.mark.parametrize(
@@ -164,18 +164,21 @@ def test_job_state_follows_the_operators_condition_sequences(story, conditions, 
     ids=["no status", "status null", "empty status", "empty conditions", "conditions null"],
 )
 def test_a_job_the_operator_has_not_reconciled_yet_is_queued(job):
-    assert job_state(job) is JobState.QUEUED
+    assert JobView.of(job).state is JobState.QUEUED
 
 
 def test_condition_without_last_transition_time_is_ordered_by_last_update_time():
     created = {"type": "Created", "status": "True", "lastUpdateTime": T0}
     running = {"type": "Running", "status": "True", "lastUpdateTime": T1}
     # Listed newest first: only the timestamps can tell that Running came later.
-    assert job_state(job_with(running, created)) is JobState.RUNNING
+    assert JobView.of(job_with(running, created)).state is JobState.RUNNING
 
 
 def test_newer_timestamp_beats_list_order():
-    assert job_state(job_with(condition("Running", "True", T2), condition("Suspended", "True", T1))) is JobState.RUNNING
+    assert (
+        JobView.of(job_with(condition("Running", "True", T2), condition("Suspended", "True", T1))).state
+        is JobState.RUNNING
+    )
 
 
 @pytest.mark.parametrize(
@@ -191,7 +194,7 @@ def test_newer_timestamp_beats_list_order():
     ],
 )
 def test_job_state_of_real_job_objects(load_yaml, fixture, expected):
-    assert job_state(load_yaml(fixture)) is expected
+    assert JobView.of(load_yaml(fixture)).state is expected
 
 
 @pytest.mark.parametrize(
@@ -474,12 +477,13 @@ HAS_RUN = [
 def test_has_run(conditions, expected):
     # The reasons name the kind that wrote them (MPIJobSuspended: the mpi-operator), as on a real job.
     kind = "MPIJob" if any(str(c.get("reason")).startswith("MPIJob") for c in conditions) else "PyTorchJob"
-    assert has_run(job_with(*conditions, kind=kind)) is expected
+    job = job_with(*conditions, kind=kind)
+    assert has_run(job, kind_of(job)) is expected
 
 
 def test_the_real_suspended_pytorchjob_has_run_and_reads_as_suspended(load_yaml):
     job = load_yaml("status/pytorchjob-suspended.yaml")
 
-    assert has_run(job)
-    assert job_state(job) is JobState.SUSPENDED
+    assert has_run(job, kind_of(job))
+    assert JobView.of(job).state is JobState.SUSPENDED
     assert JobView.of(job).describe().startswith("suspended (Suspended - PyTorchJobSuspended")

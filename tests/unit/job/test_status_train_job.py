@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_disttrain.job.kinds import kind_of
 from airflow_provider_disttrain.job.outcome import JobRef, check_job
-from airflow_provider_disttrain.job.status import JobState, has_run, job_state
+from airflow_provider_disttrain.job.status import JobState, has_run
 from airflow_provider_disttrain.job.view import JobView
 
 RESULT_KEYS = {
@@ -35,14 +36,14 @@ RESULT_KEYS = {
     ],
 )
 def test_state_comes_from_the_conditions_and_the_replicated_jobs(load_yaml, fixture, state):
-    assert job_state(load_yaml(fixture)) is state
+    assert JobView.of(load_yaml(fixture)).state is state
 
 
 def test_a_trainjob_without_status_is_queued(load_yaml):
     job = load_yaml("manifests/trainjob.yaml")
-    assert job_state(job) is JobState.QUEUED
+    assert JobView.of(job).state is JobState.QUEUED
     assert JobView.of(job).describe() == "queued (no conditions yet)"
-    assert has_run(job) is False
+    assert has_run(job, kind_of(job)) is False
 
 
 def test_complete_is_success_and_final_even_after_a_later_suspended_condition(load_yaml):
@@ -50,7 +51,7 @@ def test_complete_is_success_and_final_even_after_a_later_suspended_condition(lo
     job["status"]["conditions"].append(
         {"type": "Suspended", "status": "True", "reason": "Suspended", "lastTransitionTime": "2024-05-14T09:30:00Z"}
     )
-    assert job_state(job) is JobState.SUCCEEDED
+    assert JobView.of(job).state is JobState.SUCCEEDED
     assert JobView.of(job).describe() == "succeeded (Complete - AllJobsCompleted: jobset completed successfully)"
 
 
@@ -59,8 +60,8 @@ def test_pods_pending_do_not_make_it_running(load_yaml):
     so startup_timeout still applies to it."""
     job = load_yaml("status/trainjob-pending.yaml")
     assert job["status"]["jobsStatus"][0]["active"] == 1
-    assert job_state(job) is JobState.QUEUED
-    assert has_run(job) is False
+    assert JobView.of(job).state is JobState.QUEUED
+    assert has_run(job, kind_of(job)) is False
     outcome = check_job(JobRef("TrainJob", "multi-node-example", "kubeflow"), job, now=200.0, startup_deadline=100.0)
     assert outcome is not None and outcome["status"] == "timeout"
     assert "did not start within startup_timeout" in outcome["message"]
@@ -79,7 +80,8 @@ def test_pods_pending_do_not_make_it_running(load_yaml):
     ],
 )
 def test_has_run(load_yaml, fixture, ran):
-    assert has_run(load_yaml(fixture)) is ran
+    job = load_yaml(fixture)
+    assert has_run(job, kind_of(job)) is ran
 
 
 def test_the_result_has_the_keys_of_every_kind_with_counts_per_replicated_job(load_yaml):
@@ -145,7 +147,7 @@ def test_a_malformed_jobs_status_reads_as_no_counts(load_yaml):
     job = load_yaml("status/trainjob-running.yaml")
     job["status"]["jobsStatus"] = {"node": {"ready": 1}}  # a map, not the CRD's list
     assert JobView.of(job).result("TrainJob")["replica_statuses"] == {}
-    assert job_state(job) is JobState.QUEUED
+    assert JobView.of(job).state is JobState.QUEUED
 
 
 @pytest.mark.parametrize(

@@ -88,6 +88,9 @@ def test_only_the_view_builder_reads_a_jobs_state_from_its_conditions() -> None:
     """Every path that reads a job (the waits, the submit, the ending, the cleanup, the UI) builds one
     ``JobView`` and reads its state there; none re-derives it from the dict (issue 27)."""
     assert _callers_of("job_state") == ["job/view.py"]
+    # The kind entry too is looked up once per look, by the builder; the two other lookups read a job outside
+    # a look (a spec before the deferral; a bare job given to ``seconds_to_deadline``), each says why.
+    assert set(_callers_of("kind_of")) == {"job/view.py", "job/gpus.py", "job/outcome.py"}
 
 
 def test_a_view_of_a_job_read_outside_a_wait_takes_its_ref_from_the_job() -> None:

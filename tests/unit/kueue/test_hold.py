@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.job.status import JobState, job_state
+from airflow_provider_disttrain.job.status import JobState
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.hold import (
@@ -88,7 +88,7 @@ def test_an_invalid_queue_name_is_refused_naming_the_field(name: Any) -> None:
 
 def test_a_suspended_job_with_the_queue_label_is_held_by_kueue() -> None:
     assert held_by_kueue(held())
-    assert job_state(held()) is JobState.SUSPENDED
+    assert JobView.of(held()).state is JobState.SUSPENDED
     assert startup_clock_shift(held()) is None
 
 
