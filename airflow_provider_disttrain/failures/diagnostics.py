@@ -9,12 +9,27 @@ the recent Warning events, instead of a bare "Failed".
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.job.status import failure_condition
 
 MAX_EVENTS = 10
+MAX_EVENT_PODS = 10
+"""Pods whose Warning events are read (one request each): the troubled ones, and those not running yet."""
+MAX_LOGGED_PODS = 3
+"""Failing pods whose container's last lines are read."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the cluster showed about a job that did not succeed, as the hook read it (``log_tails``: pod
+    name to its failing container's last lines). Empty when it could not be read: the headline stands."""
+
+    pods: tuple[Mapping[str, Any], ...] = ()
+    events: tuple[Mapping[str, Any], ...] = ()
+    log_tails: Mapping[str, str] = field(default_factory=dict)
 
 
 def replica_name(kind: JobKind, pod: Mapping[str, Any]) -> str:
@@ -90,6 +105,29 @@ def pods_with_problems(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, A
 def pods_not_running(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Pods still Pending (or Unknown): a FailedMount or FailedScheduling event may say why."""
     return [pod for pod in pods if (pod.get("status") or {}).get("phase") not in ("Running", "Succeeded", "Failed")]
+
+
+def event_objects(kind: JobKind, name: str, pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The objects whose Warning events explain the job ``name``: the job, the objects its controller
+    makes for it (``kind.event_object_suffixes``) and at most ``MAX_EVENT_PODS`` troubled or waiting pods."""
+    pods = list(pods)
+    troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
+    return {
+        name,
+        *(name + suffix for suffix in kind.event_object_suffixes),
+        *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS],
+    }
+
+
+def logs_to_read(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, bool]]:
+    """``(pod, container, previous)`` of the failing containers whose last lines explain the failure
+    (``previous``: the container restarted since, so its failed run's log is the previous one)."""
+    wanted = []
+    for pod in pods_with_problems(pods)[:MAX_LOGGED_PODS]:
+        if failing := failing_container(pod):
+            container, previous = failing
+            wanted.append((str(pod["metadata"]["name"]), container, previous))
+    return wanted
 
 
 def explain(

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_disttrain.failures.diagnostics import replica_name
+from airflow_provider_disttrain.failures.diagnostics import Evidence, explain, replica_name
 from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.job.status import failure_condition
 
@@ -252,3 +252,12 @@ def classify(
     deciding, (failure_class, _) = next((t, v) for t, v in judged if v[1] == strongest)
     evidence = tuple(dict.fromkeys(t.evidence for t, (cls, _) in judged if cls is failure_class))
     return FailureCause(failure_class, deciding.reason, evidence)
+
+
+def diagnose(
+    kind: JobKind, title: str, status: str, headline: str, job: Mapping[str, Any] | None, evidence: Evidence
+) -> tuple[str, FailureCause]:
+    """The explanation of a wait that did not succeed (``status``: ``failed``, ``timeout``...) and whose
+    failure it was, both judged from the same evidence (what the hook read: ``collect_evidence``)."""
+    pods, events, tails = evidence.pods, evidence.events, evidence.log_tails
+    return explain(kind, title, headline, job, pods, events, tails), classify(kind, status, job, pods, events, tails)

@@ -17,13 +17,7 @@ from kubernetes import client
 
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError, TrainingJobError
 from airflow_provider_disttrain.failures.controller_refusal import warning_events_selector
-from airflow_provider_disttrain.failures.diagnostics import (
-    explain,
-    failing_container,
-    pods_not_running,
-    pods_with_problems,
-)
-from airflow_provider_disttrain.failures.failure_class import FailureCause, classify
+from airflow_provider_disttrain.failures.diagnostics import Evidence, event_objects, logs_to_read
 from airflow_provider_disttrain.hooks.api_errors import (
     api_status,
     delete_body,
@@ -48,8 +42,6 @@ _KUBECONFIG_EXTRAS = ("kube_config_path", "kube_config", "in_cluster")
 _LEGACY_EXTRA_PREFIX = "extra__kubernetes__"
 LOG_TAIL_LINES = 30
 _POD_LOG_ACCEPTS = ["text/plain", "application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]
-# Pods whose Warning events are read (one request each): the troubled ones, and those not running yet.
-MAX_EVENT_PODS = 10
 LIST_PAGE_SIZE = 500
 """Objects per page of a paged LIST (``job_pages``), as the triggerer's shared watch lists."""
 
@@ -417,34 +409,21 @@ class TrainingJobHook(KubernetesHook):
         }
         return ClusterConnection(conn_id=self.conn_id, cluster_context=context, kubeconfig=kubeconfig, extras=extras)
 
-    def explain_outcome(self, ref: JobRef, headline: str, job: Mapping[str, Any] | None, *, logger: Any = None) -> str:
-        """``headline`` plus what the job's pods, their failing containers' logs and events say."""
-        return self.diagnose_outcome(ref, "failed", headline, job, logger=logger)[0]
-
-    def diagnose_outcome(
-        self, ref: JobRef, status: str, headline: str, job: Mapping[str, Any] | None, *, logger: Any = None
-    ) -> tuple[str, FailureCause]:
-        """The explanation (``explain_outcome``) and whose failure it was, from the same pods, logs and events;
-        ``status`` is how the wait ended (``failed``, ``timeout``)."""
+    def collect_evidence(self, ref: JobRef, *, logger: Any = None) -> Evidence:
+        """What the cluster shows about the job ``ref``: its pods, the Warning events about it and them, and
+        its failing containers' last lines; which objects and logs are the failure modules' choice
+        (``diagnostics.event_objects``, ``logs_to_read``), the judgement too (``failure_class.diagnose``)."""
         kind = get_job_kind(ref.kind)
         try:
             pods = self.list_job_pods(ref.name, ref.namespace, kind=kind)
-            troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
-            names = {
-                ref.name,
-                *(ref.name + suffix for suffix in kind.event_object_suffixes),
-                *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS],
+            events = self.list_warning_events(ref.namespace, event_objects(kind, ref.name, pods))
+            tails = {
+                pod_name: self.read_pod_log(
+                    pod_name, ref.namespace, container, tail_lines=LOG_TAIL_LINES, previous=previous
+                )
+                for pod_name, container, previous in logs_to_read(pods)
             }
-            events = self.list_warning_events(ref.namespace, names)
-            tails = {}
-            for pod in pods_with_problems(pods)[:3]:
-                if failing := failing_container(pod):
-                    pod_name, (container, previous) = pod["metadata"]["name"], failing
-                    tails[pod_name] = self.read_pod_log(
-                        pod_name, ref.namespace, container, tail_lines=LOG_TAIL_LINES, previous=previous
-                    )
         except Exception as error:  # The reason we already have beats no reason at all.
             (logger or self.log).warning("Could not collect diagnostics for %s: %r", ref.title, error)
-            pods, events, tails = [], [], {}
-        cause = classify(kind, status, job, pods, events, tails)
-        return explain(kind, ref.title, headline, job, pods, events, tails), cause
+            return Evidence()
+        return Evidence(tuple(pods), tuple(events), tails)

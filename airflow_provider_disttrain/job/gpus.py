@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_disttrain.job.kinds import kind_of
-from airflow_provider_disttrain.job.status import JobState, job_state, replica_counts
+from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.job.view import JobView
 
 GPU_SUFFIX = "/gpu"
 
@@ -46,6 +47,8 @@ def replica_specs(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     A TrainJob has no replica specs: its ``node`` replicated job has ``numNodes`` pods, each with the
     trainer's ``resourcesPerNode``.
     """
+    # Its own lookup: the spec is read where no look at the job's status is taken (the manifest or the
+    # job just created, before a deferral: ``gpus_per_replica``).
     kind = kind_of(job)
     spec = job.get("spec") or {}
     if kind.node_count_path is not None:
@@ -71,12 +74,12 @@ def gpus_per_replica(job: Mapping[str, Any]) -> dict[str, int]:
     return {replica: spec["gpus"] for replica, spec in replica_specs(job).items() if spec["gpus"]}
 
 
-def gpus_held(job: Mapping[str, Any], per_replica: Mapping[str, int] | None = None) -> int:
+def gpus_held(view: JobView, per_replica: Mapping[str, int] | None = None) -> int:
     """GPUs the job's pods hold now: its active replicas times their GPUs; none while suspended or done.
 
     ``per_replica`` (``gpus_per_replica`` of the manifest) for a view without the spec; else read from it.
     """
-    if job_state(job) in (JobState.SUSPENDED, JobState.SUCCEEDED, JobState.FAILED):
+    if view.job is None or view.state in (JobState.SUSPENDED, JobState.SUCCEEDED, JobState.FAILED):
         return 0
-    per_replica = gpus_per_replica(job) if per_replica is None else per_replica
-    return sum(counts.get("active", 0) * per_replica.get(replica, 0) for replica, counts in replica_counts(job).items())
+    per_replica = gpus_per_replica(view.job) if per_replica is None else per_replica
+    return sum(counts.get("active", 0) * per_replica.get(replica, 0) for replica, counts in view.replicas.items())

@@ -16,7 +16,8 @@ from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result
+from airflow_provider_disttrain.job.kinds import kind_of
+from airflow_provider_disttrain.job.status import JobState, has_run
 from airflow_provider_disttrain.job.view import JobRef, JobView
 from airflow_provider_disttrain.kueue.admission import NeverAdmitted
 from airflow_provider_disttrain.kueue.hold import held_by_kueue, startup_clock_shift
@@ -84,6 +85,11 @@ def make_outcome(ref: JobRef, status: str, message: str, job: Mapping[str, Any] 
 
 
 def conclude(view: JobView, status: str, message: str) -> dict[str, Any]:
+    """The outcome ``status`` of the wait for ``view``'s job, with its last look at the job, as an event."""
+    return concluded(view, status, message).to_event()
+
+
+def concluded(view: JobView, status: str, message: str) -> Outcome:
     """The outcome ``status`` of the wait for ``view``'s job, with its last look at the job."""
     ref, job = view.ref, view.job
     return Outcome(
@@ -93,8 +99,8 @@ def conclude(view: JobView, status: str, message: str) -> dict[str, Any]:
         ref.namespace,
         message,
         state=view.state.value if view.state is not None else None,
-        job=job_result(job, ref.kind) if job else None,
-    ).to_event()
+        job=view.result() if job else None,
+    )
 
 
 _NOT_STARTED_STATES = (None, JobState.QUEUED, JobState.SUSPENDED)
@@ -115,11 +121,13 @@ def startup_deadline_for(job: Mapping[str, Any] | None, startup_deadline: float 
 
 def queue_deadline_applies(job: Mapping[str, Any] | None, ran: bool) -> bool:
     """``queue_timeout`` bounds only the wait for a first admission: Kueue holds the job, which never ran."""
-    return job is not None and held_by_kueue(job) and not (ran or has_run(job))
+    # Its own lookup: ``seconds_to_deadline`` is given a bare job (``Deadlines.seconds_left``); the wait
+    # loops' ``JobView`` has read ``has_run`` into ``ran`` already.
+    return job is not None and held_by_kueue(job) and not (ran or has_run(job, kind_of(job)))
 
 
 def _last_state(view: JobView) -> str:
-    described = describe_state(view.job or {})
+    described = view.describe()
     return f"{described}; Kueue: {view.waiting_reason}" if view.waiting_reason else described
 
 
@@ -129,12 +137,12 @@ def lost_contact(
     """The wait could not reach the API server for ``waited`` seconds (``error``: the last failure);
     ``job`` is the last look at the job, taken by ``last_contact`` (epoch seconds)."""
     at = datetime.fromtimestamp(last_contact, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    seen = f"was last seen {describe_state(job)} at {at}" if job else f"had not been read yet at {at}"
-    return make_outcome(
-        ref,
+    view = JobView.observe(ref, job or None)
+    seen = f"was last seen {view.describe()} at {at}" if job else f"had not been read yet at {at}"
+    return conclude(
+        view,
         LOST_CONTACT,
         f"lost contact with the API server for {waited:.0f}s while waiting for {ref.title} ({error}); the job {seen}",
-        job,
     )
 
 
@@ -197,7 +205,7 @@ def check_view(
     if state is JobState.SUCCEEDED:
         return conclude(view, SUCCESS, f"{ref.title} succeeded")
     if state is JobState.FAILED:
-        return conclude(view, FAILED, f"{ref.title} failed: {describe_state(job)}")
+        return conclude(view, FAILED, f"{ref.title} failed: {view.describe()}")
     awaits_admission = view.hold is not None and not view.has_run  # ``queue_deadline_applies``
     if view.never_admitted is not None and awaits_admission:
         return conclude(view, INADMISSIBLE, f"{ref.title} was not admitted: {view.never_admitted.describe()}")
@@ -216,7 +224,7 @@ def check_view(
     startup_deadline = startup_deadline_for(job, startup_deadline)
     if startup_deadline is not None and now >= startup_deadline and state in _NOT_STARTED_STATES and not view.has_run:
         return conclude(
-            view, TIMEOUT, f"{ref.title} did not start within startup_timeout; last state: {describe_state(job)}"
+            view, TIMEOUT, f"{ref.title} did not start within startup_timeout; last state: {view.describe()}"
         )
     return None
 
@@ -256,7 +264,7 @@ def same_job(ref: JobRef, job: Mapping[str, Any] | None) -> Mapping[str, Any] | 
     return None
 
 
-def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
+def settle_timeout(ref: JobRef, outcome: Outcome, job: Mapping[str, Any] | None) -> Outcome:
     """A timeout ``outcome`` judged on an older look at the job, settled by a fresh look (``job``).
 
     A trigger's cache can lag behind the job (a silent watch): a job that has finished since ends the
@@ -265,8 +273,8 @@ def settle_timeout(ref: JobRef, outcome: dict[str, Any], job: Mapping[str, Any] 
     is returned as it is (the same object).
     """
     view = JobView.observe(ref, same_job(ref, job))
-    if outcome["status"] != TIMEOUT or view.job is None or not view.is_terminal:
+    if outcome.status != TIMEOUT or view.job is None or not view.is_terminal:
         return outcome
     if view.state is JobState.SUCCEEDED:
-        return conclude(view, SUCCESS, f"{ref.title} succeeded")
-    return conclude(view, FAILED, f"{ref.title} failed: {describe_state(view.job)}")
+        return concluded(view, SUCCESS, f"{ref.title} succeeded")
+    return concluded(view, FAILED, f"{ref.title} failed: {view.describe()}")

@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result, job_state
-from airflow_provider_disttrain.job.trainer_status import describe_progress, trainer_progress
+from airflow_provider_disttrain.job.status import JobState, has_run
+from airflow_provider_disttrain.job.trainer_status import describe_progress
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import conditions
 from airflow_provider_disttrain.kueue.hold import held_by_kueue
 
@@ -30,11 +31,10 @@ DEFAULT_BURST = 3
 _UNSCHEDULABLE = "unschedulable"
 
 
-def replicas_text(job: Mapping[str, Any]) -> str:
+def replicas_text(view: JobView) -> str:
     """``Master: 1 active; Worker: 2 active, 1 failed`` (zero counters left out), from the job's status."""
-    kind = str(job.get("kind") or "")
     parts = []
-    for replica, counts in sorted(job_result(job, kind)["replica_statuses"].items()):
+    for replica, counts in sorted(view.replicas.items()):
         shown = ", ".join(f"{counts[c]} {c}" for c in ("active", "succeeded", "failed") if counts.get(c))
         parts.append(f"{replica}: {shown or 'none yet'}")
     return "; ".join(parts)
@@ -61,11 +61,13 @@ def _restart_mark(job: Mapping[str, Any]) -> str | None:
     return None
 
 
-def lost_its_admission(job: Mapping[str, Any]) -> bool:
+def lost_its_admission(view: JobView) -> bool:
     """Whether Kueue took a running job's admission away (preemption, eviction): it is queued again after
     it ran. Said at once, as a terminal state is: held back, the line would be replaced by the next
     "running" before anyone read why the job stopped."""
-    return held_by_kueue(job) and has_run(job)
+    # What the job's own conditions say (``status.has_run``), not what earlier views saw: as before views.
+    job, kind = view.job, view.kind
+    return job is not None and kind is not None and held_by_kueue(job) and has_run(job, kind)
 
 
 class ProgressTracker:
@@ -85,19 +87,20 @@ class ProgressTracker:
         self._held = 0
         self._restarts: set[str] = set()
 
-    def observe(self, job: Mapping[str, Any], *, now: float, waiting_reason: str | None = None) -> str | None:
-        """The line to log for this view of the job, or None (nothing new, or held back by the throttle)."""
+    def observe(self, view: JobView, *, now: float, waiting_reason: str | None = None) -> str | None:
+        """The line to log for this view of the job (found), or None (nothing new, or held back by the throttle)."""
+        job = view.job or {}
         self._refill(now)
         if (mark := _restart_mark(job)) is not None:
             self._restarts.add(mark)
-        line = self._line(job, waiting_reason)
+        line = self._line(view, waiting_reason)
         if line == self._said:
             self._pending, self._held = None, 0  # flapped back to what the log already says
             return None
         if line != self._pending:
             self._held += 1
         self._pending = line
-        if self._tokens < 1 and not job_state(job).is_terminal and not lost_its_admission(job):
+        if self._tokens < 1 and not view.is_terminal and not lost_its_admission(view):
             return None
         self._tokens = max(0.0, self._tokens - 1)
         coalesced = f" ({self._held} changes since the last line)" if self._held > 1 else ""
@@ -116,14 +119,15 @@ class ProgressTracker:
             self._tokens = min(float(self.burst), self._tokens + (now - self._refilled_at) / self.interval)
         self._refilled_at = now
 
-    def _line(self, job: Mapping[str, Any], waiting_reason: str | None) -> str:
-        parts = [describe_state(job)]
-        if replicas := replicas_text(job):
+    def _line(self, view: JobView, waiting_reason: str | None) -> str:
+        job = view.job or {}
+        parts = [view.describe()]
+        if replicas := replicas_text(view):
             parts.append(f"replicas {replicas}")
-        if job_state(job) in (JobState.QUEUED, JobState.SUSPENDED) and (waiting := waiting_text(job, waiting_reason)):
+        if view.state in (JobState.QUEUED, JobState.SUSPENDED) and (waiting := waiting_text(job, waiting_reason)):
             parts.append(f"waiting: {waiting}")
         if self._restarts:
             parts.append(f"restarts seen: {len(self._restarts)}")
-        if (reported := trainer_progress(job)) is not None:
+        if (reported := view.trainer) is not None:
             parts.append(describe_progress(reported))
         return " | ".join(parts)

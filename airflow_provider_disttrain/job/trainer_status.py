@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_disttrain.job.kinds import kind_of
+from airflow_provider_disttrain.job.kinds import JobKind
 
 MAX_METRICS_SHOWN = 8
 """A progress line names at most this many metrics (a trainer may report up to 256)."""
@@ -66,9 +66,9 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def trainer_progress(job: Mapping[str, Any]) -> TrainerProgress | None:
+def trainer_progress(job: Mapping[str, Any], kind: JobKind) -> TrainerProgress | None:
     """The trainer's last report on this job; None when the kind has none or the trainer reported nothing."""
-    key = kind_of(job).status.trainer_status_key
+    key = kind.status.trainer_status_key
     raw = (job.get("status") or {}).get(key) if key else None
     if not isinstance(raw, Mapping):
         return None
@@ -87,9 +87,9 @@ def trainer_progress(job: Mapping[str, Any]) -> TrainerProgress | None:
     )
 
 
-def trainer_status_result(job: Mapping[str, Any]) -> dict[str, Any]:
+def trainer_status_result(job: Mapping[str, Any], kind: JobKind) -> dict[str, Any]:
     """``{"trainer_status": ...}`` for a job whose trainer reported, else ``{}``: merged into the job's result."""
-    reported = trainer_progress(job)
+    reported = trainer_progress(job, kind)
     return {} if reported is None else {"trainer_status": reported.as_result()}
 
 

@@ -16,7 +16,15 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.job.kinds import JobKind, kind_of
-from airflow_provider_disttrain.job.status import JobState, has_run, job_state, job_times, replica_counts
+from airflow_provider_disttrain.job.status import (
+    JobState,
+    describe_state,
+    has_run,
+    job_result,
+    job_state,
+    job_times,
+    replica_counts,
+)
 from airflow_provider_disttrain.job.trainer_status import TrainerProgress, trainer_progress
 from airflow_provider_disttrain.kueue.hold import held_by_kueue
 
@@ -60,6 +68,8 @@ class JobView:
     """Its pods ran at some point: its conditions or counters say so, or an earlier view saw it run."""
     hold: KueueHold | None
     """Kueue holds the job (``kueue.held_by_kueue``); None otherwise."""
+    kind: JobKind | None = None
+    """The kinds table's entry for the job (``kinds.kind_of``), looked up once per look; None when there is no job."""
 
     @classmethod
     def observe(
@@ -75,10 +85,36 @@ class JobView:
         run stays run); ``waiting_reason`` and ``never_admitted``: what the job's Workload said."""
         if job is None:
             return cls(ref, None, None, previous is not None and previous.has_run, None)
-        state = job_state(job)
-        ran = (previous is not None and previous.has_run) or state is JobState.RUNNING or has_run(job)
+        kind = kind_of(job)
+        state = job_state(job, kind)
+        ran = (previous is not None and previous.has_run) or state is JobState.RUNNING or has_run(job, kind)
         hold = KueueHold(waiting_reason, never_admitted) if held_by_kueue(job) else None
-        return cls(ref, job, state, ran, hold)
+        return cls(ref, job, state, ran, hold, kind)
+
+    @classmethod
+    def of(cls, job: Mapping[str, Any], *, previous: JobView | None = None) -> JobView:
+        """The view of a job read outside a wait (a task's submit, the cleanup, the UI): its ref from
+        its own metadata."""
+        metadata = job.get("metadata") or {}
+        ref = JobRef(
+            str(job.get("kind") or ""),
+            str(metadata.get("name") or ""),
+            str(metadata.get("namespace") or ""),
+            metadata.get("uid"),
+        )
+        return cls.observe(ref, job, previous=previous)
+
+    def describe(self) -> str:
+        """``status.describe_state`` of this look; a job not found reads as a fresh one (queued, no conditions)."""
+        if self.job is None or self.kind is None or self.state is None:
+            return f"{JobState.QUEUED.value} (no conditions yet)"
+        return describe_state(self.job, self.kind, self.state)
+
+    def result(self, kind: str | None = None) -> dict[str, Any]:
+        """``status.job_result`` of this look (``kind``: the task's kind, else the ref's); the job must be found."""
+        if self.job is None or self.kind is None or self.state is None:
+            raise ValueError(f"{self.ref.title}: no job to summarize (it was not found)")
+        return job_result(self.job, kind or self.ref.kind, self.kind, self.state)
 
     @property
     def found(self) -> bool:
@@ -111,20 +147,16 @@ class JobView:
 
     # Read only by some steps, so computed on first use (still once per view: the view is frozen).
     @cached_property
-    def kind(self) -> JobKind | None:
-        return None if self.job is None else kind_of(self.job)
-
-    @cached_property
     def replicas(self) -> dict[str, dict[str, int]]:
         """Per replica type: its counters (``status.replica_counts``)."""
-        return {} if self.job is None else replica_counts(self.job)
+        return {} if self.job is None or self.kind is None else replica_counts(self.job, self.kind)
 
     @cached_property
     def trainer(self) -> TrainerProgress | None:
         """What the trainer last reported (``trainer_status``), if it did."""
-        return None if self.job is None else trainer_progress(self.job)
+        return None if self.job is None or self.kind is None else trainer_progress(self.job, self.kind)
 
     @cached_property
     def times(self) -> tuple[str | None, str | None]:
         """``(start, completion)``: the status's, or for a kind without them (TrainJob) its conditions'."""
-        return (None, None) if self.job is None else job_times(self.job)
+        return (None, None) if self.job is None or self.kind is None else job_times(self.job, self.kind)

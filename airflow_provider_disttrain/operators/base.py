@@ -21,7 +21,7 @@ from airflow_provider_disttrain.job.deadlines import Deadlines
 from airflow_provider_disttrain.job.gpus import gpus_per_replica
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome
-from airflow_provider_disttrain.job.status import describe_state, job_result, job_state
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.manifest.builder import set_identity
 from airflow_provider_disttrain.manifest.loading import is_manifest_path, manifest_template
@@ -310,7 +310,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         if self.server_dry_run:
             admitted = hook.create_job(self.kind, manifest, manifest["metadata"]["namespace"], dry_run=True)
             self.log.info("Dry run: the API server accepted %s %s", self.kind, manifest["metadata"]["name"])
-            return job_result(admitted, self.kind)
+            return JobView.of(admitted).result(self.kind)
 
         identity = self.identity(context)
         if (earlier := identity.earlier_try_result()) is not None:
@@ -340,10 +340,11 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         metadata = job["metadata"]
         self._job_ref = ref = JobRef(self.kind, metadata["name"], metadata["namespace"], metadata.get("uid"))
         JobIdentity.publish(context["ti"], ref)
-        self.log.info("%s %s: %s", "Reattached to" if reattached else "Submitted", ref.title, describe_state(job))
+        seen = JobView.observe(ref, job)  # the job as the submit (or the reattach) read it
+        self.log.info("%s %s: %s", "Reattached to" if reattached else "Submitted", ref.title, seen.describe())
         if not self.wait_for_completion:
             identity.remember(ref, task_succeeded=True)
-            return job_result(job, self.kind)
+            return seen.result(self.kind)
 
         now = self.clock.wall()
         deadlines = Deadlines.for_job(
@@ -355,9 +356,9 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             task_started_at=getattr(context["ti"], "start_date", None),
             now=now,
         )
-        if self.deferrable and not job_state(job).is_terminal:
+        if self.deferrable and not seen.is_terminal:
             self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job))
-        outcome = self._wait(hook, ref, deadlines)
+        outcome = Outcome.from_event(self._wait(hook, ref, deadlines))
         if reattached and identity.taken_over_job_vanished(ref, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, outcome, context, logs_forwarded=True)
@@ -373,11 +374,10 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         """
         outcome = Outcome.from_event(event)  # the trigger's event, read back through the schema that wrote it
         self._job_ref = JobRef(self.kind, outcome.name, outcome.namespace, job_uid or outcome.ref.uid)
-        event = outcome.to_event()
         hook = self.hook
-        if reattached and self.identity(context).taken_over_job_vanished(self._job_ref, event):
+        if reattached and self.identity(context).taken_over_job_vanished(self._job_ref, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
-        return self._finish(hook, event, context, logs_forwarded=False)
+        return self._finish(hook, outcome, context, logs_forwarded=False)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         # If the scheduler's own deferral timeout beat the trigger's deadline, the job must still go,
@@ -386,7 +386,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
             job = self.identity(context).own_job_from_xcom(context["ti"])
-            if self.cleanup_policy.on_timeout and job is not None and not job_state(job).is_terminal:
+            if self.cleanup_policy.on_timeout and job is not None and not JobView.of(job).is_terminal:
                 metadata = job["metadata"]
                 self.log.warning(
                     "Deferral timed out: deleting %s %s/%s", self.kind, metadata["namespace"], metadata["name"]
@@ -448,7 +448,7 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
     # -- the ending, shared by both modes -------------------------------------------------------------
 
     def _finish(
-        self, hook: TrainingJobHook, outcome: dict[str, Any], context: Context, *, logs_forwarded: bool
+        self, hook: TrainingJobHook, outcome: Outcome, context: Context, *, logs_forwarded: bool
     ) -> dict[str, Any]:
         assert self._job_ref is not None
         ending = JobEnding(

@@ -3,10 +3,10 @@
 Given the wait's outcome: copy the logs the wait did not (all of them after a deferral, minus what
 the trigger streamed), read the leader's metrics into a success's result and save it for a retry,
 delete the job as the ``CleanupPolicy`` says, and otherwise fail the task with an explanation of
-what happened to the job (``hook.diagnose_outcome``: pods, container logs, events) and an error whose
-type says whose failure it was (``failure_class``: the training's or the infrastructure's). A timeout is
-settled with a fresh look first: a job that finished meanwhile ends the task as it finished. A wait that
-lost contact with the API server (``outcome.LOST_CONTACT``) ends the task without reading or deleting.
+what happened to the job (``failure_class.diagnose`` of the pods, container logs and events the hook
+reads) and an error whose type says whose failure it was (the training's or the infrastructure's). A
+timeout is settled with a fresh look first: a job that finished meanwhile ends the task as it finished. A
+wait that lost contact with the API server (``outcome.LOST_CONTACT``) ends the task without reading or deleting.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
     classed_error,
 )
-from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass
+from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass, diagnose
 from airflow_provider_disttrain.job import outcome as outcomes
-from airflow_provider_disttrain.job.kinds import JobKind
-from airflow_provider_disttrain.job.outcome import JobRef, same_job, settle_timeout
-from airflow_provider_disttrain.job.status import job_state
+from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
+from airflow_provider_disttrain.job.outcome import JobRef, Outcome, same_job, settle_timeout
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kueue.history import describe_record, kueue_record
 from airflow_provider_disttrain.kueue.hold import held_by_kueue, queue_name
 from airflow_provider_disttrain.ownership.identity import JobIdentity
@@ -74,6 +74,24 @@ def publish_failure(failure: dict[str, Any], log: logging.Logger | Any) -> None:
         log.debug("Failure class not pushed to XCom: %r", error)
 
 
+def diagnosis(
+    hook: TrainingJobHook, ref: JobRef, outcome: Outcome, job: Mapping[str, Any] | None, log: logging.Logger | Any
+) -> tuple[str, FailureCause]:
+    """What the job's pods, their failing containers' logs and events say about a wait that did not
+    succeed (``outcome``), and whose failure it was: the training operators' ending and the sensor's."""
+    evidence = hook.collect_evidence(ref, logger=log)
+    return diagnose(get_job_kind(ref.kind), ref.title, outcome.status, outcome.message, job, evidence)
+
+
+def described_failure(message: str, cause: FailureCause, log: logging.Logger | Any) -> tuple[str, dict[str, Any]]:
+    """``message`` with whose failure it was, and the failure (class, reason, evidence) masked and pushed
+    to XCom ``failure``: how a failed (or timed-out) wait fails its task, the operators' and the sensor's."""
+    # The exception's ``failure`` reaches callbacks and lineage: masked as the XCom is.
+    failure = masked(cause.as_dict())
+    publish_failure(failure, log)
+    return f"{message}\n{cause.describe()}", failure
+
+
 @dataclass(frozen=True)
 class JobEnding:
     """The end of one task's wait for the job ``ref``; ``last_try``: no retry of the task follows."""
@@ -92,16 +110,16 @@ class JobEnding:
     """What the task adds to a success's result from the pods listed here (None: listing failed), e.g.
     the decorator's return value from the leader's termination message: the pods are listed once."""
 
-    def finish(self, outcome: dict[str, Any], *, logs_forwarded: bool) -> dict[str, Any]:
+    def finish(self, outcome: Outcome, *, logs_forwarded: bool) -> dict[str, Any]:
         """The task's result for a success; for anything else the error to fail the task with."""
         hook, ref = self.hook, self.ref
-        if outcome["status"] == outcomes.LOST_CONTACT:
-            raise self._lost_contact(outcome["message"])
-        job, other_uid = self._read_own_job() if outcome["status"] != outcomes.SUCCESS else (None, None)
+        if outcome.status == outcomes.LOST_CONTACT:
+            raise self._lost_contact(outcome.message)
+        job, other_uid = self._read_own_job() if outcome.status != outcomes.SUCCESS else (None, None)
         if (settled := settle_timeout(ref, outcome, job)) is not outcome:
-            self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled["message"])
+            self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled.message)
             outcome = settled
-        status = outcome["status"]
+        status = outcome.status
         # A success lists the pods, for the leader's metrics and (deferred) its logs (one list serves both).
         pods = self._final_pods() if status == outcomes.SUCCESS else None
         if other_uid is not None:
@@ -119,7 +137,7 @@ class JobEnding:
             forwarder.forward(pods)
         identity, cleanup = self.identity, self.cleanup
         if status == outcomes.SUCCESS:
-            result = self._with_kueue_record(self._with_metrics(outcome["job"], pods))
+            result = self._with_kueue_record(self._with_metrics(dict(outcome.job or {}), pods))
             if self.read_from_pods is not None:
                 result = self.read_from_pods(result, pods)
             self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
@@ -130,22 +148,19 @@ class JobEnding:
             identity.remember(ref, task_succeeded=True)
             return result
         if status == outcomes.INADMISSIBLE:
-            raise self._inadmissible(outcome["message"], job)
+            raise self._inadmissible(outcome.message, job)
         if other_uid is None:
-            message, cause = hook.diagnose_outcome(ref, status, outcome["message"], job, logger=self.log)
+            message, cause = diagnosis(hook, ref, outcome, job, self.log)
         else:  # the pods, logs and events under the name are the other job's: they explain nothing here
             message = (
-                f"{outcome['message']}\n{ref.title} now names another job (uid {other_uid}), created since: "
+                f"{outcome.message}\n{ref.title} now names another job (uid {other_uid}), created since: "
                 f"this task's job (uid {ref.uid}) is gone"
             )
             cause = FailureCause(FailureClass.UNKNOWN, "this task's job is gone; its name holds another job")
         if job is not None and (record := self._kueue_record(job.get("metadata") or {})):
             message += f"\n{describe_record(record)}"
-        # The exception's ``failure`` reaches callbacks and lineage: masked as the XCom is.
-        failure = masked(cause.as_dict())
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
-            message += f"\n{cause.describe()}"
-            publish_failure(failure, self.log)
+            message, failure = described_failure(message, cause, self.log)
         if status == outcomes.FAILED:
             if cleanup.deletes_after(succeeded=False):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
@@ -161,7 +176,7 @@ class JobEnding:
             raise classed_error(JobTimeoutError, failure, message)
         if (
             job is not None
-            and not job_state(job).is_terminal
+            and not JobView.observe(ref, job).is_terminal
             and self.last_try
             # Nothing will come back for this job: a later try would have reattached to it. The uid
             # precondition fails (False) when the job under this name is someone else's now.

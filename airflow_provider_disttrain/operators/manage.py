@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.exceptions import JobNotFoundError
 from airflow_provider_disttrain.job.kinds import get_job_kind
-from airflow_provider_disttrain.job.status import job_result
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.manifest.patches import current_workers, scale_patch, suspend_patch
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
@@ -102,7 +102,7 @@ class SuspendTrainingJobOperator(_ManageJobOperator):
         patch = suspend_patch(get_job_kind(self.kind), self.suspend)
         job = self.hook.patch_job(self.kind, self.job_name, self.resolved_namespace(), patch)
         self.log.info("%s %s", "Suspended" if self.suspend else "Resumed", self.title())
-        return job_result(job, self.kind)
+        return JobView.of(job).result(self.kind)
 
 
 class ResumeTrainingJobOperator(SuspendTrainingJobOperator):

@@ -20,6 +20,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_disttrain.hooks.api_errors import api_status, describe_error, means_job_absent
 from airflow_provider_disttrain.job.kinds import JOB_KINDS, get_job_kind
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.manifest.validation import validate_namespace
 from airflow_provider_disttrain.operators.cluster_hook import ClusterConnectionMixin
 from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
@@ -128,11 +129,12 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
         report = _Report(namespace, report_only)
         try:
             for kind in self.kinds:
-                for job in self._jobs_to_judge(kind, namespace, report):
+                for seen in self._jobs_to_judge(kind, namespace, report):
+                    job = seen.job or {}
                     owner = job_owner(job)
                     assert owner is not None  # _jobs_to_judge keeps only these
                     task_instance = find_task_instance(owner, task_states(owner.dag_id, owner.task_id))
-                    verdict = judge(job, task_instance, now, grace_period)
+                    verdict = judge(seen, task_instance, now, grace_period)
                     entry = {
                         "kind": kind,
                         "name": job["metadata"]["name"],
@@ -163,7 +165,7 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
             self.log.info("%s", report.summary())
         return report.as_xcom()
 
-    def _jobs_to_judge(self, kind: str, namespace: str, report: _Report) -> list[dict[str, Any]]:
+    def _jobs_to_judge(self, kind: str, namespace: str, report: _Report) -> list[JobView]:
         """The labelled jobs of ``kind`` that ``judge`` may do something with, listed page by page.
 
         The finished ones without a mark are counted as kept on the way (``needs_judging``): only the
@@ -171,14 +173,14 @@ class DeleteOrphanedTrainingJobsOperator(ClusterConnectionMixin, BaseOperator):
         """
         # Presence of the task-instance label (an "exists" selector): the API server filters out jobs
         # the provider did not create; job_owner checks that the rest name their task instance.
-        candidates: list[dict[str, Any]] = []
+        candidates: list[JobView] = []
         try:
             for page in self.hook.job_pages(kind, namespace, TASK_INSTANCE_LABEL):
                 for job in page:
                     if job_owner(job) is None:
                         continue
-                    if needs_judging(job):
-                        candidates.append(job)
+                    if needs_judging(seen := JobView.of(job)):  # the one look at the job this run takes
+                        candidates.append(seen)
                     else:
                         report.keep(KEPT_FINISHED)
         except Exception as error:

@@ -18,7 +18,7 @@ from airflow_provider_disttrain.failures.controller_refusal import RefusalLooks,
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import Action, classify
 from airflow_provider_disttrain.job.outcome import lost_contact
-from airflow_provider_disttrain.job.status import JobState, describe_state
+from airflow_provider_disttrain.job.status import JobState
 from airflow_provider_disttrain.job.step import Wake, step
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.pods.logs import LogForwarder
@@ -117,7 +117,7 @@ def poll_until_over(
         if refusal_looks.due(job, now) and (words := read_refusal(hook, kind, ref, job, log)):
             return refused(ref, job or {}, words)
         if view.state != last_state:
-            log.info("%s is %s", ref.title, describe_state(job or {}))
+            log.info("%s is %s", ref.title, view.describe())
             last_state = view.state
         remaining = moved.seconds_from(now)
         clock.sleep_sync(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))

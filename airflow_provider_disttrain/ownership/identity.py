@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from airflow_provider_disttrain.exceptions import JobAlreadyExistsError
-from airflow_provider_disttrain.job.outcome import ERROR, JobRef
-from airflow_provider_disttrain.job.status import JobState, describe_state, job_state
+from airflow_provider_disttrain.job.outcome import ERROR, JobRef, Outcome
+from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_LABEL,
     DEPLOYMENT_LABEL,
@@ -219,7 +220,11 @@ class JobIdentity:
         """A job an earlier try of this task instance created: running, or (per the store) succeeded."""
         if saved := self.retried_entry():
             job = self.hook.get_job(saved["kind"], saved["name"], saved["namespace"])
-            if not _gone_or_going(job, saved.get("uid")) and job_state(job or {}) is not JobState.FAILED:
+            if (
+                job is not None
+                and not _gone_or_going(job, saved.get("uid"))
+                and JobView.of(job).state is not JobState.FAILED
+            ):
                 return job
             if saved.get("uid"):
                 return None  # the recorded job, the only one a label search below could accept, is not running
@@ -230,7 +235,7 @@ class JobIdentity:
         running = [
             job
             for job in self._labelled_jobs(namespace)
-            if not job_state(job).is_terminal
+            if not JobView.of(job).is_terminal
             and not job["metadata"].get("deletionTimestamp")
             and (recorded is None or job["metadata"].get("uid") == recorded)
         ]
@@ -266,7 +271,8 @@ class JobIdentity:
             recorded = self.recorded_uid(name, namespace)
             # Carrying this instance's labels is not enough where a try recorded another uid under the name.
             ours = owns(current, self.task_instance_keys) and recorded in (None, current["metadata"].get("uid"))
-            if if_exists == "reattach" and ours and not job_state(current).is_terminal:
+            seen = JobView.of(current)  # the one look at the job under the name
+            if if_exists == "reattach" and ours and not seen.is_terminal:
                 return current, True
             if not ours and if_exists != "replace":
                 whose = (
@@ -279,7 +285,7 @@ class JobIdentity:
                     f"{self.kind} {namespace}/{name} already exists and {whose} (if_exists={if_exists!r} never "
                     "takes over another's job; if_exists='replace' deletes it and submits this task's)"
                 )
-            self.log.info("Replacing %s %s/%s (%s)", self.kind, namespace, name, describe_state(current))
+            self.log.info("Replacing %s %s/%s (%s)", self.kind, namespace, name, seen.describe())
             current_metadata = current["metadata"]
             self.hook.delete_and_wait(self.kind, name, namespace, uid=current_metadata.get("uid"))
         try:
@@ -296,14 +302,14 @@ class JobIdentity:
         """Whether the job ``ref`` pins is deleted, being deleted, or replaced by another under its name."""
         return _gone_or_going(self.hook.get_job(ref.kind, ref.name, ref.namespace), ref.uid)
 
-    def taken_over_job_vanished(self, ref: JobRef, outcome: Mapping[str, Any]) -> bool:
+    def taken_over_job_vanished(self, ref: JobRef, outcome: Outcome) -> bool:
         """Whether the job this try took over from an earlier one is gone, so a fresh one must be submitted.
 
         Clearing a deferred task starts the new try at once and the old try's trigger deletes the job
         (``on_kill``) a moment later: the new try may have taken that job over already. The user asked
         for the task to run again, so it does, rather than failing on the earlier try's cleanup.
         """
-        if outcome["status"] != ERROR or not self.vanished(ref):
+        if outcome.status != ERROR or not self.vanished(ref):
             return False
         self.log.warning(
             "%s, which this try took over from an earlier one, was deleted (the earlier try's cleanup, "

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_provider_disttrain.job.status import job_state
+from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_ANNOTATION,
@@ -169,24 +170,26 @@ def waited_for_by_submitter(job: Mapping[str, Any]) -> bool:
     return str(annotations.get(WAIT_FOR_COMPLETION_ANNOTATION, "true")).strip().lower() != "false"
 
 
-def needs_judging(job: Mapping[str, Any]) -> bool:
+def needs_judging(view: JobView) -> bool:
     """False for a finished job without an ``orphaned-since`` mark: ``judge`` keeps it whatever its task
     instance's state, so the cleanup need neither ask Airflow about it nor hold it in memory."""
-    return not job_state(job).is_terminal or orphaned_since(job) is not None
+    return not view.is_terminal or orphaned_since(view.job or {}) is not None
 
 
 def judge(
-    job: Mapping[str, Any],
+    view: JobView,
     task_instance: tuple[str, str | None] | None,
     now: datetime,
     grace_period: timedelta,
     deployment_id: str | None = None,
 ) -> Verdict:
-    """What the cleanup does with ``job``, given its task instance's ``(run id, state)`` (or None).
+    """What the cleanup does with ``view``'s job (as the cleanup's list read it), given its task instance's
+    ``(run id, state)`` (or None).
 
     ``deployment_id``: this Airflow's (None: from the configuration). Another deployment's job is never
     touched: its task instance's state is that deployment's, whatever this Airflow's run of the same id says.
     """
+    job = view.job or {}
     if (owner := job_owner(job)) is not None and another_deployments(owner, deployment_id):
         return Verdict(
             Action.KEEP, f"{KEPT_OTHER_DEPLOYMENT} (its deployment label is not this one's)", KEPT_OTHER_DEPLOYMENT
@@ -209,7 +212,7 @@ def judge(
     if state not in ENDED_STATES:
         described = f"its task instance (run {run_id}) is {state or 'cleared'}"
         return Verdict(Action.UNMARK, f"{described} again") if marked else Verdict(Action.KEEP, described, KEPT_ACTIVE)
-    current = job_state(job)
+    current = view.state or JobState.QUEUED  # (a listed job is always found)
     if current.is_terminal:
         # A finished job holds no GPUs; keeping it for inspection is delete_on_finish's and TTL's business.
         return Verdict(Action.KEEP, f"the job has {current.value} (task instance {state})", KEPT_FINISHED)

@@ -18,8 +18,8 @@ from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.job.deadlines import Deadlines
 from airflow_provider_disttrain.job.gpus import gpus_per_replica
 from airflow_provider_disttrain.job.kinds import get_job_kind
-from airflow_provider_disttrain.job.outcome import JobRef
-from airflow_provider_disttrain.operators.ending import masked, publish_failure
+from airflow_provider_disttrain.job.outcome import JobRef, Outcome
+from airflow_provider_disttrain.operators.ending import described_failure, diagnosis
 from airflow_provider_disttrain.operators.existing_job import ExistingJobOperator
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
@@ -85,7 +85,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
             outcome = refused(ref, job, words)
         if outcome is None:
             return False
-        return PokeReturnValue(is_done=True, xcom_value=self._result(outcome))
+        return PokeReturnValue(is_done=True, xcom_value=self._result(Outcome.from_event(outcome)))
 
     def _refusal(self, ref: JobRef, job: dict[str, Any]) -> str | None:
         """The controller's refusal of the job (``controller_refusal``), looked for at most once per interval
@@ -104,7 +104,7 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
         job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
         outcome = Deadlines().check(ref, job, now=now)
         if outcome is not None:
-            return self._result(outcome)
+            return self._result(Outcome.from_event(outcome))
         assert job is not None  # a job that is absent is an outcome
         from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
 
@@ -125,9 +125,9 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         # The trigger's event, read back through the schema that wrote it (``outcome.Outcome``).
-        return self._result(outcomes.Outcome.from_event(event).to_event())
+        return self._result(Outcome.from_event(event))
 
-    def _result(self, outcome: dict[str, Any]) -> dict[str, Any]:
+    def _result(self, outcome: Outcome) -> dict[str, Any]:
         """The job's summary when it succeeded, else the error to fail with; either kept for the lineage."""
         try:
             self._lineage_result = self._judge(outcome)
@@ -136,23 +136,22 @@ class TrainingJobSensor(ExistingJobOperator, BaseSensorOperator):
             raise
         return self._lineage_result
 
-    def _judge(self, outcome: dict[str, Any]) -> dict[str, Any]:
-        if outcome["status"] == outcomes.SUCCESS:
-            return outcome["job"]
-        if outcome["status"] == outcomes.LOST_CONTACT:  # nothing to read from a server that is away
-            raise LostContactError(outcome["message"])
-        ref = JobRef(outcome["kind"], outcome["name"], outcome["namespace"])
+    def _judge(self, outcome: Outcome) -> dict[str, Any]:
+        if outcome.status == outcomes.SUCCESS:
+            return dict(outcome.job or {})
+        if outcome.status == outcomes.LOST_CONTACT:  # nothing to read from a server that is away
+            raise LostContactError(outcome.message)
+        ref = JobRef(outcome.kind, outcome.name, outcome.namespace)
         job = self.hook.get_job(ref.kind, ref.name, ref.namespace)
-        message, cause = self.hook.diagnose_outcome(ref, outcome["status"], outcome["message"], job, logger=self.log)
-        if outcome["status"] == outcomes.FAILED:
-            # Classed as the training operators' failures are: a retry_policy treats both alike.
-            message += f"\n{cause.describe()}"
-            failure = masked(cause.as_dict())
-            publish_failure(failure, self.log)
+        # The training operators' ending explains and classes the failure (``operators.ending``): a
+        # retry_policy treats both alike. Only the cleanup is not the sensor's: it watches a job it does not own.
+        message, cause = diagnosis(self.hook, ref, outcome, job, self.log)
+        if outcome.status == outcomes.FAILED:
+            message, failure = described_failure(message, cause, self.log)
             raise classed_error(JobFailedError, failure, message)
-        if outcome["status"] == outcomes.INADMISSIBLE:  # the job is not the sensor's to delete
+        if outcome.status == outcomes.INADMISSIBLE:  # the job is not the sensor's to delete
             raise JobInadmissibleError(message)
-        if outcome["status"] == outcomes.TIMEOUT:
+        if outcome.status == outcomes.TIMEOUT:
             from airflow.sdk.exceptions import AirflowSensorTimeout
 
             raise AirflowSensorTimeout(message)

@@ -382,15 +382,15 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _report_progress(self, view: JobView) -> None:
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""
-        job, state = view.job, view.state
-        if job is None or state is None:
+        state = view.state
+        if view.job is None or state is None:
             return
-        if line := self._progress.observe(job, now=self._clock().wall(), waiting_reason=self._waiting_reason):
+        if line := self._progress.observe(view, now=self._clock().wall(), waiting_reason=self._waiting_reason):
             self.log.info("%s: %s", self.ref.title, line)
         if state.is_terminal:
             telemetry.census.forget(self._census_key)
         else:
-            held = gpus_held(job, self.gpus_per_replica or {})
+            held = gpus_held(view, self.gpus_per_replica or {})
             telemetry.census.observe(self._census_key, self.ref.title, state.value, held)
 
     @property

@@ -36,9 +36,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
-from airflow_provider_disttrain.failures.diagnostics import pods_not_running, pods_with_problems
+from airflow_provider_disttrain.failures.diagnostics import event_objects
 from airflow_provider_disttrain.hooks.api_errors import api_status
-from airflow_provider_disttrain.hooks.training_job import MAX_EVENT_PODS
 from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.operators.links import CONFIG_SECTION
 from airflow_provider_disttrain.ownership.naming import (
@@ -123,11 +122,8 @@ class Cluster:
         the job and of its pods that have problems or do not run (one LIST each, at most MAX_EVENT_PODS)."""
         kind, name = key.split("/", 1)
         pods = self.hook.list_job_pods(name, namespace, kind=kind)
-        # The objects the hook's failure explanation reads the events of (TrainingJobHook.diagnose_outcome).
-        troubled = [pod["metadata"]["name"] for pod in pods_with_problems(pods) + pods_not_running(pods)]
-        suffixes = get_job_kind(kind).event_object_suffixes
-        names = {name, *(name + suffix for suffix in suffixes), *list(dict.fromkeys(troubled))[:MAX_EVENT_PODS]}
-        events = self.hook.list_warning_events(namespace, names)
+        # The objects the task's failure explanation reads the events of (TrainingJobHook.collect_evidence).
+        events = self.hook.list_warning_events(namespace, event_objects(get_job_kind(kind), name, pods))
         log_tail = self._log_tail(kind, pods)
         # The job's secrets as the task's masker has them (its env), and its pods' (what their env got).
         mask = masker(self.hook.get_job(kind, name, namespace) or {}, pods)

@@ -14,17 +14,10 @@ from typing import Any
 
 from airflow_provider_disttrain.failures.diagnostics import pod_problems, replica_name
 from airflow_provider_disttrain.job.gpus import gpus_held, replica_specs
-from airflow_provider_disttrain.job.kinds import kind_of
+from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.job.progress import replicas_text, waiting_text
-from airflow_provider_disttrain.job.status import (
-    JobState,
-    describe_state,
-    failure_condition,
-    has_run,
-    job_result,
-    job_state,
-    replica_counts,
-)
+from airflow_provider_disttrain.job.status import JobState, failure_condition
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.kueue.hold import admitted_at, held_by_kueue, queue_name, waiting_message
 from airflow_provider_disttrain.ownership.naming import (
@@ -58,9 +51,15 @@ def _labels(job: Mapping[str, Any]) -> Mapping[str, str]:
     return _metadata(job).get("labels") or {}
 
 
-def restarts(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Container restarts of the job's pods now, per replica type (as the pods' labels name it)."""
-    kind = kind_of(job)
+def _found(view: JobView) -> tuple[Mapping[str, Any], JobKind, JobState]:
+    """The job, its kind entry and its state of a view of a job the UI read (always found)."""
+    if view.job is None or view.kind is None or view.state is None:
+        raise ValueError(f"{view.ref.title}: the UI shows only a job it read")
+    return view.job, view.kind, view.state
+
+
+def restarts(kind: JobKind, pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Container restarts of a job's pods now, per replica type (as the pods' labels name it)."""
     total: dict[str, int] = {}
     for pod in pods:
         replica = str(((pod.get("metadata") or {}).get("labels") or {}).get(kind.pod_labels.replica_type) or "")
@@ -69,11 +68,12 @@ def restarts(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> dict[
     return total
 
 
-def replicas(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+def replicas(view: JobView, pods: Iterable[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One row per replica type: desired (spec), active/succeeded/failed (status), GPUs per replica, and
     with ``pods`` the restarts of their containers."""
-    restarted = restarts(job, pods) if pods is not None else None
-    counts = replica_counts(job)
+    job, kind, _ = _found(view)
+    restarted = restarts(kind, pods) if pods is not None else None
+    counts = view.replicas
     specs = replica_specs(job)
     rows = []
     for replica in sorted({*specs, *counts}):
@@ -108,19 +108,18 @@ def _iso(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def timeline(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+def timeline(view: JobView) -> list[dict[str, Any]]:
     """The job's steps with the time each was reached (None: not reached): created, queued by Kueue
     and admitted (Kueue jobs only), running, finished (succeeded or failed)."""
-    kind = kind_of(job)
-    state = job_state(job)
+    job, kind, state = _found(view)
     steps: list[dict[str, Any]] = [{"step": "created", "time": _metadata(job).get("creationTimestamp")}]
     if queue_name(job) is not None:
         steps.append({"step": "queued", "time": _first_true(job, ["Suspended"])})
         steps.append({"step": "admitted", "time": _iso(admitted_at(job))})
-    result = job_result(job, kind.kind)
+    result = view.result(kind.kind)
     # The Running condition's time while it is true; once it flipped (finished, suspended) the status's
     # start time (a TrainJob's: from its conditions), as the task's result reports it.
-    running = _first_true(job, ["Running"]) or (result["start_time"] if has_run(job) else None)
+    running = _first_true(job, ["Running"]) or (result["start_time"] if view.has_run else None)
     steps.append({"step": "running", "time": running})
     finished = (
         (result["completion_time"] or _first_true(job, ["Failed", kind.status.success_condition]))
@@ -136,9 +135,9 @@ def _seconds_between(start: Any, end: Any) -> float | None:
     return round((finish - begin).total_seconds(), 1) if begin and finish else None
 
 
-def _durations(job: Mapping[str, Any], now: float) -> dict[str, float | None]:
+def _durations(view: JobView, now: float) -> dict[str, float | None]:
     """Seconds spent waiting (created until running, or until now) and running (until finished or now)."""
-    steps = {step["step"]: step["time"] for step in timeline(job)}
+    steps = {step["step"]: step["time"] for step in timeline(view)}
     now_iso = _iso(now)
     finished = next((steps[key] for key in ("succeeded", "failed", "finished") if steps.get(key)), None)
     running = steps.get("running")
@@ -182,24 +181,28 @@ def _condition_rows(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def job_summary(job: Mapping[str, Any], *, now: float) -> dict[str, Any]:
     """One row of the jobs page: identity, state, GPUs held, time queued and running, its task instance."""
+    return _summary(JobView.of(job), now)
+
+
+def _summary(view: JobView, now: float) -> dict[str, Any]:
+    job, _, state = _found(view)
     metadata = _metadata(job)
     return {
         "kind": job.get("kind"),
         "namespace": metadata.get("namespace"),
         "name": metadata.get("name"),
-        "state": job_state(job).value,
+        "state": state.value,
         "queue": queue_name(job),
         "held_by_kueue": held_by_kueue(job),
-        "gpus_held": gpus_held(job),
-        **_durations(job, now),
+        "gpus_held": gpus_held(view),
+        **_durations(view, now),
         "task_instance": task_instance_of(job),
     }
 
 
-def pod_rows(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per pod: the replica it plays, its phase, its containers' restarts and what is wrong with it
-    (``diagnostics``' words: OOMKilled, ImagePullBackOff, Unschedulable and why)."""
-    kind = kind_of(job)
+def pod_rows(kind: JobKind, pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per pod of a job of ``kind``: the replica it plays, its phase, its containers' restarts and
+    what is wrong with it (``diagnostics``' words: OOMKilled, ImagePullBackOff, Unschedulable and why)."""
     rows = [
         {
             "replica": replica_name(kind, pod),
@@ -244,21 +247,22 @@ def job_detail(
     """Everything the task instance's tab shows about its job (``workload``: its Kueue Workload; ``pods``
     and ``events``: its pods and their and its Warning events; ``log``: the leader's last lines, when read)."""
     pods = list(pods) if pods is not None else None
-    state = job_state(job)
+    seen = JobView.of(job)  # the one look at the job the tab shows
+    _, kind, state = _found(seen)
     waiting = None
     if state in (JobState.QUEUED, JobState.SUSPENDED):
         kueue_reason = waiting_message(workload) if workload is not None else None
         waiting = waiting_text(job, kueue_reason)
     failure = failure_condition(job)
-    progress = describe_state(job)
-    if text := replicas_text(job):
+    progress = seen.describe()
+    if text := replicas_text(seen):
         progress += f" | replicas {text}"
     return {
-        **job_summary(job, now=now),
+        **_summary(seen, now),
         "uid": _metadata(job).get("uid"),
-        "timeline": timeline(job),
-        "replicas": replicas(job, pods),
-        "pods": pod_rows(job, pods or []),
+        "timeline": timeline(seen),
+        "replicas": replicas(seen, pods),
+        "pods": pod_rows(kind, pods or []),
         "events": warning_events(events),
         "log": dict(log) if log else None,
         "progress": progress,

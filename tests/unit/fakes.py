@@ -511,17 +511,11 @@ class FakeTrainingJobHook:
             if (event.get("involvedObject") or {}).get("name") in object_names
         ]
 
-    def explain_outcome(self, ref: Any, headline: str, job: Any, *, logger: Any = None) -> str:
-        """The real explanation (pods, logs, events through the calls above, then ``diagnostics``)."""
+    def collect_evidence(self, ref: Any, *, logger: Any = None) -> Any:
+        """The real reads of the evidence (pods, logs, events through the calls above)."""
         from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 
-        return TrainingJobHook.explain_outcome(self, ref, headline, job, logger=logger)  # type: ignore[arg-type]
-
-    def diagnose_outcome(self, ref: Any, status: str, headline: str, job: Any, *, logger: Any = None) -> Any:
-        """The real explanation and failure class, from the pods, logs and events above."""
-        from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-
-        return TrainingJobHook.diagnose_outcome(self, ref, status, headline, job, logger=logger)  # type: ignore[arg-type]
+        return TrainingJobHook.collect_evidence(self, ref, logger=logger)  # type: ignore[arg-type]
 
 
 # -- the task context ------------------------------------------------------------------------------------

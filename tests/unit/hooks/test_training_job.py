@@ -25,9 +25,10 @@ from airflow_provider_disttrain.exceptions import (
     JobAlreadyExistsError,
     TrainingJobError,
 )
+from airflow_provider_disttrain.failures.failure_class import diagnose
 from airflow_provider_disttrain.hooks.api_errors import API_ATTEMPTS
 from airflow_provider_disttrain.hooks.training_job import LOG_TAIL_LINES, TrainingJobHook
-from airflow_provider_disttrain.job.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from airflow_provider_disttrain.job.kinds import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.kube.connection import ClusterConnection
 from tests.unit.fakes import ManualClock, failed_status, make_job
@@ -698,7 +699,13 @@ def test_the_connection_value_is_stored_as_json_and_read_back() -> None:
         ClusterConnection.from_dict({**stored, "config_dict": {}})
 
 
-# -- explain_outcome ------------------------------------------------------------------------------------------
+# -- collect_evidence, judged by failure_class.diagnose ----------------------------------------------------------
+
+
+def explained(hook: TrainingJobHook, ref: JobRef, headline: str, job: Any, *, logger: Any = None) -> str:
+    """The explanation of a failed wait: the hook reads the evidence, ``failure_class.diagnose`` judges it."""
+    evidence = hook.collect_evidence(ref, logger=logger)
+    return diagnose(get_job_kind(ref.kind), ref.title, "failed", headline, job, evidence)[0]
 
 
 def test_explain_outcome_reports_the_failing_replica_its_log_and_events(hook: TrainingJobHook, core: MagicMock) -> None:
@@ -710,7 +717,7 @@ def test_explain_outcome_reports_the_failing_replica_its_log_and_events(hook: Tr
     serve_events(core, [v1_event("train-abc-master-0", "BackOff", "Back-off restarting failed container", 3)])
     job = make_job(namespace="ml", status=failed_status())
 
-    message = hook.explain_outcome(JobRef("PyTorchJob", "train-abc", "ml"), "PyTorchJob ml/train-abc failed", job)
+    message = explained(hook, JobRef("PyTorchJob", "train-abc", "ml"), "PyTorchJob ml/train-abc failed", job)
 
     lines = message.splitlines()
     assert lines[0] == "PyTorchJob ml/train-abc failed"
@@ -747,7 +754,7 @@ def test_explain_outcome_reads_the_previous_log_of_a_container_restarted_after_f
     core.read_namespaced_pod_log.side_effect = lambda *args, previous=False, **kwargs: MagicMock(data=logs[previous])
     serve_events(core, [])
 
-    message = hook.explain_outcome(JobRef("PyTorchJob", "train-abc", "ml"), "failed", make_job(namespace="ml"))
+    message = explained(hook, JobRef("PyTorchJob", "train-abc", "ml"), "failed", make_job(namespace="ml"))
 
     assert "  | ValueError: bad shard" in message.splitlines()
     assert "starting again" not in message
@@ -759,7 +766,7 @@ def test_explain_outcome_keeps_the_headline_when_diagnostics_fail(hook: Training
     job = make_job(namespace="ml", status=failed_status(reason="OOM", message="replica master-0 was OOMKilled"))
     logger = MagicMock()
 
-    message = hook.explain_outcome(JobRef("PyTorchJob", "train-abc", "ml"), "it failed", job, logger=logger)
+    message = explained(hook, JobRef("PyTorchJob", "train-abc", "ml"), "it failed", job, logger=logger)
 
     assert message == "it failed\nFailed condition: OOM: replica master-0 was OOMKilled"
     assert logger.warning.call_args.args[:2] == ("Could not collect diagnostics for %s: %r", "PyTorchJob ml/train-abc")

@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow_provider_disttrain.hooks.shared_watch import trimmed
 from airflow_provider_disttrain.job.gpus import gpus_held, gpus_per_replica
+from airflow_provider_disttrain.job.view import JobView
 from tests.unit.conftest import read_yaml
 
 
@@ -40,12 +41,12 @@ def test_the_trimmed_view_of_a_running_job_holds_its_active_replicas_gpus() -> N
     view = trimmed(running)
 
     assert "spec" not in view
-    assert gpus_held(view, asked) == 16
-    assert gpus_held(running) == 16  # read whole, the job says what it asks for itself
-    assert gpus_held(view) == 0  # without what it asks for, the view cannot tell
+    assert gpus_held(JobView.of(view), asked) == 16
+    assert gpus_held(JobView.of(running)) == 16  # read whole, the job says what it asks for itself
+    assert gpus_held(JobView.of(view)) == 0  # without what it asks for, the view cannot tell
 
 
 def test_a_job_that_finished_holds_none() -> None:
     finished = read_yaml("status/mpijob-succeeded.yaml")
 
-    assert gpus_held(finished, {"Worker": 8, "Launcher": 8}) == 0
+    assert gpus_held(JobView.of(finished), {"Worker": 8, "Launcher": 8}) == 0

@@ -12,15 +12,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_provider_disttrain.job.kinds import kind_of
 from airflow_provider_disttrain.job.status import (
     JobState,
-    describe_state,
     failure_condition,
     has_run,
-    job_result,
-    job_state,
     parse_time,
 )
+from airflow_provider_disttrain.job.view import JobView
 
 
 def condition(type_: str, status: str, at: str, reason: str | None = None, message: str | None = None) -> dict:
@@ -150,7 +149,7 @@ SEQUENCES = [
 
 @pytest.mark.parametrize(("story", "conditions", "expected"), SEQUENCES, ids=[case[0] for case in SEQUENCES])
 def test_job_state_follows_the_operators_condition_sequences(story, conditions, expected):
-    assert job_state(job_with(*conditions)) is expected
+    assert JobView.of(job_with(*conditions)).state is expected
 
 
 @pytest.mark.parametrize(
@@ -165,18 +164,21 @@ def test_job_state_follows_the_operators_condition_sequences(story, conditions, 
     ids=["no status", "status null", "empty status", "empty conditions", "conditions null"],
 )
 def test_a_job_the_operator_has_not_reconciled_yet_is_queued(job):
-    assert job_state(job) is JobState.QUEUED
+    assert JobView.of(job).state is JobState.QUEUED
 
 
 def test_condition_without_last_transition_time_is_ordered_by_last_update_time():
     created = {"type": "Created", "status": "True", "lastUpdateTime": T0}
     running = {"type": "Running", "status": "True", "lastUpdateTime": T1}
     # Listed newest first: only the timestamps can tell that Running came later.
-    assert job_state(job_with(running, created)) is JobState.RUNNING
+    assert JobView.of(job_with(running, created)).state is JobState.RUNNING
 
 
 def test_newer_timestamp_beats_list_order():
-    assert job_state(job_with(condition("Running", "True", T2), condition("Suspended", "True", T1))) is JobState.RUNNING
+    assert (
+        JobView.of(job_with(condition("Running", "True", T2), condition("Suspended", "True", T1))).state
+        is JobState.RUNNING
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,7 +194,7 @@ def test_newer_timestamp_beats_list_order():
     ],
 )
 def test_job_state_of_real_job_objects(load_yaml, fixture, expected):
-    assert job_state(load_yaml(fixture)) is expected
+    assert JobView.of(load_yaml(fixture)).state is expected
 
 
 @pytest.mark.parametrize(
@@ -214,7 +216,7 @@ def test_job_state_is_a_string_enum_usable_in_trigger_events():
 def test_result_of_a_succeeded_job_summarises_it_for_xcom(load_yaml):
     job = load_yaml("status/pytorchjob-succeeded.yaml")
 
-    result = job_result(job, "PyTorchJob")
+    result = JobView.of(job).result("PyTorchJob")
 
     assert json.loads(json.dumps(result)) == result
     assert result["name"] == "pytorch-simple"
@@ -256,7 +258,7 @@ def test_result_of_a_succeeded_job_summarises_it_for_xcom(load_yaml):
 
 
 def test_result_of_a_failed_job_counts_the_failed_replica(load_yaml):
-    result = job_result(load_yaml("status/pytorchjob-failed.yaml"), "PyTorchJob")
+    result = JobView.of(load_yaml("status/pytorchjob-failed.yaml")).result("PyTorchJob")
 
     assert result["state"] == "failed"
     assert result["duration_seconds"] == 126.0
@@ -268,7 +270,7 @@ def test_result_of_a_failed_job_counts_the_failed_replica(load_yaml):
 
 
 def test_result_of_a_running_job_has_no_completion_or_duration(load_yaml):
-    result = job_result(load_yaml("status/pytorchjob-running.yaml"), "PyTorchJob")
+    result = JobView.of(load_yaml("status/pytorchjob-running.yaml")).result("PyTorchJob")
 
     assert result["state"] == "running"
     assert result["start_time"] == "2024-05-14T09:12:04Z"
@@ -278,7 +280,7 @@ def test_result_of_a_running_job_has_no_completion_or_duration(load_yaml):
 
 
 def test_result_of_a_suspended_job_has_no_start_time_and_empty_replica_counts(load_yaml):
-    result = job_result(load_yaml("status/pytorchjob-suspended.yaml"), "PyTorchJob")
+    result = JobView.of(load_yaml("status/pytorchjob-suspended.yaml")).result("PyTorchJob")
 
     assert result["state"] == "suspended"
     assert result["start_time"] is None
@@ -290,7 +292,7 @@ def test_result_of_a_suspended_job_has_no_start_time_and_empty_replica_counts(lo
 
 
 def test_result_of_an_mpijob_uses_launcher_and_worker_replica_statuses(load_yaml):
-    result = job_result(load_yaml("status/mpijob-succeeded.yaml"), "MPIJob")
+    result = JobView.of(load_yaml("status/mpijob-succeeded.yaml")).result("MPIJob")
 
     assert json.loads(json.dumps(result)) == result
     assert result["kind"] == "MPIJob"
@@ -304,7 +306,7 @@ def test_result_of_an_mpijob_uses_launcher_and_worker_replica_statuses(load_yaml
 
 
 def test_result_of_a_fresh_job_without_status():
-    result = job_result({"metadata": {"name": "mnist", "namespace": "team-a", "uid": "u-1"}}, "TFJob")
+    result = JobView.of({"metadata": {"name": "mnist", "namespace": "team-a", "uid": "u-1"}}).result("TFJob")
 
     assert result == {
         "name": "mnist",
@@ -327,12 +329,12 @@ def test_result_duration_handles_fractional_seconds_and_offsets():
         "status": {"startTime": "2024-05-14T09:59:59.500000Z", "completionTime": "2024-05-14T12:00:00+02:00"},
     }
     # 12:00+02:00 is 10:00Z, half a second after the start.
-    assert job_result(job, "PyTorchJob")["duration_seconds"] == 0.5
+    assert JobView.of(job).result("PyTorchJob")["duration_seconds"] == 0.5
 
 
 def test_result_drops_condition_keys_the_operator_did_not_set():
     job = job_with({"type": "Created", "status": "True"})
-    assert job_result(job, "PyTorchJob")["conditions"] == [{"type": "Created", "status": "True"}]
+    assert JobView.of(job).result("PyTorchJob")["conditions"] == [{"type": "Created", "status": "True"}]
 
 
 # -- describe_state, failure_condition, parse_time ---------------------------
@@ -366,15 +368,15 @@ def test_result_drops_condition_keys_the_operator_did_not_set():
     ],
 )
 def test_describe_state_names_state_condition_reason_and_message(load_yaml, fixture, expected):
-    assert describe_state(load_yaml(fixture)) == expected
+    assert JobView.of(load_yaml(fixture)).describe() == expected
 
 
 def test_describe_state_before_the_operator_saw_the_job():
-    assert describe_state({"metadata": {"name": "mnist"}}) == "queued (no conditions yet)"
+    assert JobView.of({"metadata": {"name": "mnist"}}).describe() == "queued (no conditions yet)"
 
 
 def test_describe_state_without_reason_or_message_shows_only_the_type():
-    assert describe_state(job_with({"type": "Running", "status": "True"})) == "running (Running)"
+    assert JobView.of(job_with({"type": "Running", "status": "True"})).describe() == "running (Running)"
 
 
 def test_describe_state_explains_a_failure_with_the_failed_condition_not_a_later_running_one():
@@ -385,7 +387,7 @@ def test_describe_state_explains_a_failure_with_the_failed_condition_not_a_later
         condition("Running", "True", T4, message="PyTorchJob team-a/mnist is running."),
     )
 
-    assert describe_state(job) == (
+    assert JobView.of(job).describe() == (
         "failed (Failed - PyTorchJobFailed: PyTorchJob team-a/mnist is failed because 1 Worker replica(s) failed.)"
     )
 
@@ -475,12 +477,13 @@ HAS_RUN = [
 def test_has_run(conditions, expected):
     # The reasons name the kind that wrote them (MPIJobSuspended: the mpi-operator), as on a real job.
     kind = "MPIJob" if any(str(c.get("reason")).startswith("MPIJob") for c in conditions) else "PyTorchJob"
-    assert has_run(job_with(*conditions, kind=kind)) is expected
+    job = job_with(*conditions, kind=kind)
+    assert has_run(job, kind_of(job)) is expected
 
 
 def test_the_real_suspended_pytorchjob_has_run_and_reads_as_suspended(load_yaml):
     job = load_yaml("status/pytorchjob-suspended.yaml")
 
-    assert has_run(job)
-    assert job_state(job) is JobState.SUSPENDED
-    assert describe_state(job).startswith("suspended (Suspended - PyTorchJobSuspended")
+    assert has_run(job, kind_of(job))
+    assert JobView.of(job).state is JobState.SUSPENDED
+    assert JobView.of(job).describe().startswith("suspended (Suspended - PyTorchJobSuspended")

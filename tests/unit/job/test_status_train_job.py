@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_disttrain.job.kinds import kind_of
 from airflow_provider_disttrain.job.outcome import JobRef, check_job
-from airflow_provider_disttrain.job.status import JobState, describe_state, has_run, job_result, job_state
+from airflow_provider_disttrain.job.status import JobState, has_run
+from airflow_provider_disttrain.job.view import JobView
 
 RESULT_KEYS = {
     "name",
@@ -34,14 +36,14 @@ RESULT_KEYS = {
     ],
 )
 def test_state_comes_from_the_conditions_and_the_replicated_jobs(load_yaml, fixture, state):
-    assert job_state(load_yaml(fixture)) is state
+    assert JobView.of(load_yaml(fixture)).state is state
 
 
 def test_a_trainjob_without_status_is_queued(load_yaml):
     job = load_yaml("manifests/trainjob.yaml")
-    assert job_state(job) is JobState.QUEUED
-    assert describe_state(job) == "queued (no conditions yet)"
-    assert has_run(job) is False
+    assert JobView.of(job).state is JobState.QUEUED
+    assert JobView.of(job).describe() == "queued (no conditions yet)"
+    assert has_run(job, kind_of(job)) is False
 
 
 def test_complete_is_success_and_final_even_after_a_later_suspended_condition(load_yaml):
@@ -49,8 +51,8 @@ def test_complete_is_success_and_final_even_after_a_later_suspended_condition(lo
     job["status"]["conditions"].append(
         {"type": "Suspended", "status": "True", "reason": "Suspended", "lastTransitionTime": "2024-05-14T09:30:00Z"}
     )
-    assert job_state(job) is JobState.SUCCEEDED
-    assert describe_state(job) == "succeeded (Complete - AllJobsCompleted: jobset completed successfully)"
+    assert JobView.of(job).state is JobState.SUCCEEDED
+    assert JobView.of(job).describe() == "succeeded (Complete - AllJobsCompleted: jobset completed successfully)"
 
 
 def test_pods_pending_do_not_make_it_running(load_yaml):
@@ -58,8 +60,8 @@ def test_pods_pending_do_not_make_it_running(load_yaml):
     so startup_timeout still applies to it."""
     job = load_yaml("status/trainjob-pending.yaml")
     assert job["status"]["jobsStatus"][0]["active"] == 1
-    assert job_state(job) is JobState.QUEUED
-    assert has_run(job) is False
+    assert JobView.of(job).state is JobState.QUEUED
+    assert has_run(job, kind_of(job)) is False
     outcome = check_job(JobRef("TrainJob", "multi-node-example", "kubeflow"), job, now=200.0, startup_deadline=100.0)
     assert outcome is not None and outcome["status"] == "timeout"
     assert "did not start within startup_timeout" in outcome["message"]
@@ -78,12 +80,13 @@ def test_pods_pending_do_not_make_it_running(load_yaml):
     ],
 )
 def test_has_run(load_yaml, fixture, ran):
-    assert has_run(load_yaml(fixture)) is ran
+    job = load_yaml(fixture)
+    assert has_run(job, kind_of(job)) is ran
 
 
 def test_the_result_has_the_keys_of_every_kind_with_counts_per_replicated_job(load_yaml):
-    result = job_result(load_yaml("status/trainjob-complete.yaml"), "TrainJob")
-    pytorch = job_result(load_yaml("status/pytorchjob-succeeded.yaml"), "PyTorchJob")
+    result = JobView.of(load_yaml("status/trainjob-complete.yaml")).result("TrainJob")
+    pytorch = JobView.of(load_yaml("status/pytorchjob-succeeded.yaml")).result("PyTorchJob")
 
     assert set(result) == set(pytorch) == RESULT_KEYS
     assert result["state"] == "succeeded"
@@ -102,7 +105,7 @@ def test_the_result_has_the_keys_of_every_kind_with_counts_per_replicated_job(lo
 
 def test_times_come_from_creation_and_the_terminal_condition(load_yaml):
     """A TrainJob's status has no startTime/completionTime."""
-    result = job_result(load_yaml("status/trainjob-complete.yaml"), "TrainJob")
+    result = JobView.of(load_yaml("status/trainjob-complete.yaml")).result("TrainJob")
     assert result["start_time"] == "2024-05-14T09:12:03Z"
     assert result["completion_time"] == "2024-05-14T09:22:08Z"
     assert result["duration_seconds"] == 605.0
@@ -113,7 +116,7 @@ def test_a_resumed_trainjob_starts_when_it_was_resumed(load_yaml):
     job["status"]["conditions"].append(
         {"type": "Failed", "status": "True", "reason": "FailedJobs", "lastTransitionTime": "2024-05-14T09:17:30Z"}
     )
-    result = job_result(job, "TrainJob")
+    result = JobView.of(job).result("TrainJob")
     assert (result["start_time"], result["completion_time"], result["duration_seconds"]) == (
         "2024-05-14T09:16:30Z",
         "2024-05-14T09:17:30Z",
@@ -122,7 +125,7 @@ def test_a_resumed_trainjob_starts_when_it_was_resumed(load_yaml):
 
 
 def test_a_running_trainjob_has_no_completion_time(load_yaml):
-    result = job_result(load_yaml("status/trainjob-running.yaml"), "TrainJob")
+    result = JobView.of(load_yaml("status/trainjob-running.yaml")).result("TrainJob")
     assert result["completion_time"] is None
     assert result["duration_seconds"] is None
     assert result["replica_statuses"] == {"node": {"active": 1, "succeeded": 0, "failed": 0}}
@@ -143,8 +146,8 @@ def test_failed_outcome_carries_trainer_s_reason(load_yaml):
 def test_a_malformed_jobs_status_reads_as_no_counts(load_yaml):
     job = load_yaml("status/trainjob-running.yaml")
     job["status"]["jobsStatus"] = {"node": {"ready": 1}}  # a map, not the CRD's list
-    assert job_result(job, "TrainJob")["replica_statuses"] == {}
-    assert job_state(job) is JobState.QUEUED
+    assert JobView.of(job).result("TrainJob")["replica_statuses"] == {}
+    assert JobView.of(job).state is JobState.QUEUED
 
 
 @pytest.mark.parametrize(
@@ -157,4 +160,4 @@ def test_a_malformed_jobs_status_reads_as_no_counts(load_yaml):
     ],
 )
 def test_the_log_line_says_what_the_replicated_jobs_do_while_no_condition_does(load_yaml, fixture, line):
-    assert describe_state(load_yaml(fixture)) == line
+    assert JobView.of(load_yaml(fixture)).describe() == line

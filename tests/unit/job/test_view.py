@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+import airflow_provider_disttrain
 from airflow_provider_disttrain.job.deadlines import Deadlines
 from airflow_provider_disttrain.job.kinds import get_job_kind
 from airflow_provider_disttrain.job.outcome import TIMEOUT, JobRef
@@ -66,3 +71,46 @@ def test_kueues_word_is_kept_only_for_a_job_kueue_holds() -> None:
     assert (admitted.hold, admitted.waiting_reason, admitted.never_admitted) == (None, None, None)
     outcome = Deadlines(queue=0.0).judge(view, now=1.0)
     assert outcome is not None and "Kueue: quota reserved: no" in outcome["message"]
+
+
+def _callers_of(function: str) -> list[str]:
+    """The modules of the package that call ``function`` by name (its definition aside)."""
+    package = Path(airflow_provider_disttrain.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == function:
+                found.append(str(path.relative_to(package)))
+    return found
+
+
+def test_only_the_view_builder_reads_a_jobs_state_from_its_conditions() -> None:
+    """Every path that reads a job (the waits, the submit, the ending, the cleanup, the UI) builds one
+    ``JobView`` and reads its state there; none re-derives it from the dict (issue 27)."""
+    assert _callers_of("job_state") == ["job/view.py"]
+    # The kind entry too is looked up once per look, by the builder; the two other lookups read a job outside
+    # a look (a spec before the deferral; a bare job given to ``seconds_to_deadline``), each says why.
+    assert set(_callers_of("kind_of")) == {"job/view.py", "job/gpus.py", "job/outcome.py"}
+
+
+def test_a_view_of_a_job_read_outside_a_wait_takes_its_ref_from_the_job() -> None:
+    job = make_job(kind="MPIJob", status=succeeded_status(leader="Launcher"))
+    metadata = job["metadata"]
+
+    view = JobView.of(job)
+
+    assert view.ref == JobRef("MPIJob", metadata["name"], metadata["namespace"], metadata.get("uid"))
+    assert view.state is JobState.SUCCEEDED and view.kind is get_job_kind("MPIJob")
+    assert view.describe().startswith("succeeded (Succeeded")
+    result = view.result()
+    assert result["kind"] == "MPIJob" and result["state"] == "succeeded" and result["name"] == metadata["name"]
+    # The task's kind, when given, names the result (a job object whose ``kind`` field was trimmed).
+    assert view.result("TFJob")["kind"] == "TFJob"
+
+
+def test_a_view_of_no_job_describes_it_as_not_started_and_has_no_result() -> None:
+    gone = JobView.observe(REF, None)
+
+    assert gone.describe() == "queued (no conditions yet)"
+    with pytest.raises(ValueError, match="train-abc"):
+        gone.result()

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
-from airflow_provider_disttrain.job.status import JobState, describe_state, job_state
+from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.hold import (
     JOB_UID_LABEL,
@@ -87,7 +88,7 @@ def test_an_invalid_queue_name_is_refused_naming_the_field(name: Any) -> None:
 
 def test_a_suspended_job_with_the_queue_label_is_held_by_kueue() -> None:
     assert held_by_kueue(held())
-    assert job_state(held()) is JobState.SUSPENDED
+    assert JobView.of(held()).state is JobState.SUSPENDED
     assert startup_clock_shift(held()) is None
 
 
@@ -114,12 +115,12 @@ def test_a_released_job_starts_its_clock_at_its_resumed_transition() -> None:
 
 
 def test_describe_state_says_queued_by_kueue_rather_than_suspended() -> None:
-    text = describe_state(held())
+    text = JobView.of(held()).describe()
     assert text.startswith("queued by Kueue in LocalQueue 'default'")
     assert "PyTorchJobSuspended" in text
     unqueued = held()
     del unqueued["metadata"]["labels"][QUEUE_NAME_LABEL]
-    assert describe_state(unqueued).startswith("suspended (Suspended")
+    assert JobView.of(unqueued).describe().startswith("suspended (Suspended")
 
 
 # -- the Workload ----------------------------------------------------------------------------------------

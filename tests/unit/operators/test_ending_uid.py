@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.exceptions import JobTimeoutError, TrainingJobError
-from airflow_provider_disttrain.job.outcome import ERROR, TIMEOUT, JobRef, make_outcome, settle_timeout
+from airflow_provider_disttrain.job.outcome import ERROR, TIMEOUT, JobRef, Outcome, make_outcome, settle_timeout
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from tests.unit.fakes import (
@@ -59,17 +59,17 @@ def timed_out() -> dict[str, Any]:
 
 @pytest.mark.parametrize("other_status", [succeeded_status(), failed_status()], ids=["succeeded", "failed"])
 def test_settle_timeout_ignores_a_finished_job_of_another_uid(other_status: dict[str, Any]) -> None:
-    outcome = timed_out()
+    outcome = Outcome.from_event(timed_out())
     other = make_job("train-abc", uid="uid-2", status=other_status)
 
     assert settle_timeout(REF, outcome, other) is outcome
 
 
 def test_settle_timeout_still_settles_with_the_tasks_own_job() -> None:
-    outcome = timed_out()
+    outcome = Outcome.from_event(timed_out())
     own = make_job("train-abc", uid="uid-1", status=succeeded_status())
 
-    assert settle_timeout(REF, outcome, own)["status"] == "success"
+    assert settle_timeout(REF, outcome, own).status == "success"
 
 
 @pytest.mark.parametrize("other_status", [succeeded_status(), failed_status()], ids=["succeeded", "failed"])

@@ -34,7 +34,7 @@ from airflow_provider_disttrain.exceptions import (
 )
 from airflow_provider_disttrain.hooks import watch_registry
 from airflow_provider_disttrain.job.outcome import ERROR, JobRef, make_outcome
-from airflow_provider_disttrain.job.status import job_result
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.ownership.identity import STATE_STORE_KEY
@@ -124,7 +124,7 @@ def test_sync_success_returns_the_json_safe_summary() -> None:
     result = make_operator(hook).execute(make_context(ti))
 
     job = hook.only_job()
-    assert result == job_result(job, "PyTorchJob")
+    assert result == JobView.of(job).result("PyTorchJob")
     assert json.loads(json.dumps(result)) == result
     assert result["state"] == "succeeded"
     assert result["replica_statuses"] == {

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_disttrain.job.outcome import JobRef, check_job
-from airflow_provider_disttrain.job.status import job_result
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from airflow_provider_disttrain.ownership.identity import STATE_STORE_KEY
 from airflow_provider_disttrain.ownership.naming import task_instance_labels
@@ -73,7 +73,7 @@ def test_a_retry_returns_the_stored_result_when_the_succeeded_job_is_gone() -> N
     ti = FakeTI(try_number=2)
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
     job = earlier_job(ti, succeeded_status())
-    stored = job_result(job, "PyTorchJob")
+    stored = JobView.of(job).result("PyTorchJob")
 
     result = make_operator(hook).execute(make_context(ti, saved(job, result=stored)))
 
@@ -109,7 +109,7 @@ def test_a_clear_after_the_task_succeeded_trains_again() -> None:
     ti = FakeTI(try_number=2)
     hook = FakeTrainingJobHook(progression=[succeeded_status()])
     job = hook.add_job(earlier_job(ti, succeeded_status()))
-    store = saved(job, result=job_result(job, "PyTorchJob"), task_succeeded=True)
+    store = saved(job, result=JobView.of(job).result("PyTorchJob"), task_succeeded=True)
 
     result = make_operator(hook).execute(make_context(ti, store))
 

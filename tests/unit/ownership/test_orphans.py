@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.ownership import naming, orphans
 from airflow_provider_disttrain.ownership.deployment import DEFAULT_DEPLOYMENT_ID
 from airflow_provider_disttrain.ownership.naming import deployment_label_value, task_instance_key, task_instance_labels
@@ -62,7 +63,7 @@ def test_the_run_id_is_recovered_through_the_task_instance_hash_not_the_sanitize
 
 @pytest.mark.parametrize("state", ["running", "deferred", "queued", "scheduled", "up_for_retry", "restarting", None])
 def test_a_job_whose_task_instance_may_still_wait_for_it_is_kept(state: str | None) -> None:
-    verdict = judge(labelled_job(running_status()), (RUN_ID, state), NOW, timedelta(0))
+    verdict = judge(JobView.of(labelled_job(running_status())), (RUN_ID, state), NOW, timedelta(0))
 
     assert verdict.action is Action.KEEP
     assert (state or "cleared") in verdict.reason
@@ -70,41 +71,48 @@ def test_a_job_whose_task_instance_may_still_wait_for_it_is_kept(state: str | No
 
 @pytest.mark.parametrize("state", ["success", "failed", "skipped", "upstream_failed", "removed"])
 def test_an_unfinished_job_of_an_ended_task_instance_is_marked_then_deleted_after_the_grace_period(state: str) -> None:
-    first = judge(labelled_job(running_status()), (RUN_ID, state), NOW, GRACE)
+    first = judge(JobView.of(labelled_job(running_status())), (RUN_ID, state), NOW, GRACE)
     assert first.action is Action.MARK and "deleted once 0:30:00 has passed" in first.reason
 
     marked = NOW.isoformat()
-    early = judge(labelled_job(running_status(), orphaned_since=marked), (RUN_ID, state), NOW + GRACE / 2, GRACE)
+    early = judge(
+        JobView.of(labelled_job(running_status(), orphaned_since=marked)), (RUN_ID, state), NOW + GRACE / 2, GRACE
+    )
     assert early.action is Action.KEEP and "orphaned since" in early.reason
-    late = judge(labelled_job(running_status(), orphaned_since=marked), (RUN_ID, state), NOW + GRACE, GRACE)
+    late = judge(JobView.of(labelled_job(running_status(), orphaned_since=marked)), (RUN_ID, state), NOW + GRACE, GRACE)
     assert late.action is Action.DELETE and f"{state}, job running" in late.reason
 
 
 def test_a_suspended_job_of_an_ended_task_instance_is_an_orphan_too() -> None:
     """Kueue would admit it later and run it for nobody."""
-    assert judge(labelled_job(suspended_status()), (RUN_ID, "failed"), NOW, timedelta(0)).action is Action.DELETE
+    assert (
+        judge(JobView.of(labelled_job(suspended_status())), (RUN_ID, "failed"), NOW, timedelta(0)).action
+        is Action.DELETE
+    )
 
 
 def test_no_grace_period_deletes_in_the_run_that_finds_the_orphan() -> None:
-    assert judge(labelled_job(running_status()), (RUN_ID, "failed"), NOW, timedelta(0)).action is Action.DELETE
+    assert (
+        judge(JobView.of(labelled_job(running_status())), (RUN_ID, "failed"), NOW, timedelta(0)).action is Action.DELETE
+    )
 
 
 def test_a_finished_job_is_left_to_delete_on_finish_and_the_ttl() -> None:
-    verdict = judge(labelled_job(succeeded_status()), (RUN_ID, "failed"), NOW, timedelta(0))
+    verdict = judge(JobView.of(labelled_job(succeeded_status())), (RUN_ID, "failed"), NOW, timedelta(0))
 
     assert verdict.action is Action.KEEP and "succeeded" in verdict.reason
 
 
 def test_a_job_no_task_instance_matches_is_kept() -> None:
     """Another Airflow's job in a shared namespace, or one whose DAG run was deleted: not provably ours."""
-    assert judge(labelled_job(running_status()), None, NOW, timedelta(0)).action is Action.KEEP
+    assert judge(JobView.of(labelled_job(running_status())), None, NOW, timedelta(0)).action is Action.KEEP
 
 
 def test_a_marked_job_whose_task_instance_is_active_again_loses_its_mark() -> None:
     """Someone cleared the failed task: its new try reattaches to the job, which must not be deleted later."""
     job = labelled_job(running_status(), orphaned_since=(NOW - 2 * GRACE).isoformat())
 
-    verdict = judge(job, (RUN_ID, "running"), NOW, GRACE)
+    verdict = judge(JobView.of(job), (RUN_ID, "running"), NOW, GRACE)
 
     assert verdict.action is Action.UNMARK
 
@@ -112,7 +120,7 @@ def test_a_marked_job_whose_task_instance_is_active_again_loses_its_mark() -> No
 def test_a_mark_without_an_offset_is_read_as_utc() -> None:
     job = labelled_job(running_status(), orphaned_since="2026-12-01T19:00:00")
 
-    assert judge(job, (RUN_ID, "failed"), NOW, GRACE).action is Action.DELETE
+    assert judge(JobView.of(job), (RUN_ID, "failed"), NOW, GRACE).action is Action.DELETE
 
 
 def annotated_job(dag_id: str, status: dict[str, Any], *, wait: bool = True, **annotations: str) -> Any:
@@ -130,13 +138,16 @@ def test_a_job_submitted_without_waiting_is_never_its_submitters_orphan() -> Non
     job = annotated_job("elastic", running_status(), wait=False)
 
     for state in ("success", "failed"):
-        verdict = judge(job, (RUN_ID, state), NOW, timedelta(0))
+        verdict = judge(JobView.of(job), (RUN_ID, state), NOW, timedelta(0))
         assert verdict.action is Action.KEEP and "wait_for_completion=False" in verdict.reason
     # A mark an older cleanup wrote comes off, so that no later run deletes it.
     marked = annotated_job("elastic", running_status(), wait=False, **{ORPHANED_SINCE_ANNOTATION: NOW.isoformat()})
-    assert judge(marked, (RUN_ID, "success"), NOW + GRACE, GRACE).action is Action.UNMARK
+    assert judge(JobView.of(marked), (RUN_ID, "success"), NOW + GRACE, GRACE).action is Action.UNMARK
     # The operators' default (they wait) is judged as before.
-    assert judge(annotated_job("elastic", running_status()), (RUN_ID, "success"), NOW, GRACE).action is Action.MARK
+    assert (
+        judge(JobView.of(annotated_job("elastic", running_status())), (RUN_ID, "success"), NOW, GRACE).action
+        is Action.MARK
+    )
 
 
 @pytest.mark.parametrize("dag_id", ["nightly_" + "x" * 60, "_etl", "données"])
@@ -155,14 +166,18 @@ def test_a_job_without_the_annotations_is_read_from_its_labels() -> None:
     owner = job_owner(job)
 
     assert owner is not None and (owner.dag_id, owner.task_id) == ("nightly", "train")
-    assert judge(job, (RUN_ID, "failed"), NOW, GRACE).action is Action.MARK
+    assert judge(JobView.of(job), (RUN_ID, "failed"), NOW, GRACE).action is Action.MARK
 
 
 def test_only_unfinished_or_marked_jobs_need_judging() -> None:
     """A finished job without a mark is kept whatever its task instance: Airflow need not be asked."""
     needs_judging = orphans.needs_judging
-    assert needs_judging(labelled_job(running_status())) and needs_judging(labelled_job(suspended_status()))
-    assert not needs_judging(labelled_job(succeeded_status()))
-    assert needs_judging(labelled_job(succeeded_status(), orphaned_since=NOW.isoformat()))
+    assert needs_judging(JobView.of(labelled_job(running_status()))) and needs_judging(
+        JobView.of(labelled_job(suspended_status()))
+    )
+    assert not needs_judging(JobView.of(labelled_job(succeeded_status())))
+    assert needs_judging(JobView.of(labelled_job(succeeded_status(), orphaned_since=NOW.isoformat())))
     for task_instance in ((RUN_ID, "running"), (RUN_ID, "failed"), None):
-        assert judge(labelled_job(succeeded_status()), task_instance, NOW, timedelta(0)).action is Action.KEEP
+        assert (
+            judge(JobView.of(labelled_job(succeeded_status())), task_instance, NOW, timedelta(0)).action is Action.KEEP
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.ownership.naming import LoopRegion, task_instance_labels
 from airflow_provider_disttrain.ownership.orphans import KEPT_LOOP_RUNNING, Action, find_task_instance, job_owner, judge
 from tests.unit.fakes import make_job, running_status
@@ -50,7 +51,7 @@ def test_a_looped_job_is_kept_while_its_loops_newest_iteration_runs() -> None:
     owner = job_owner(looped_job(0))
     assert owner is not None
 
-    verdict = judge(looped_job(0), find_task_instance(owner, {RUN_ID: {"train": "running"}}), NOW, GRACE)
+    verdict = judge(JobView.of(looped_job(0)), find_task_instance(owner, {RUN_ID: {"train": "running"}}), NOW, GRACE)
 
     assert (verdict.action, verdict.kept_because) == (Action.KEEP, KEPT_LOOP_RUNNING)
 
@@ -59,6 +60,6 @@ def test_a_looped_job_is_an_orphan_once_its_loops_newest_iteration_has_ended() -
     owner = job_owner(looped_job(0))
     assert owner is not None
 
-    verdict = judge(looped_job(0), find_task_instance(owner, {RUN_ID: {"train": "failed"}}), NOW, GRACE)
+    verdict = judge(JobView.of(looped_job(0)), find_task_instance(owner, {RUN_ID: {"train": "failed"}}), NOW, GRACE)
 
     assert verdict.action is Action.MARK

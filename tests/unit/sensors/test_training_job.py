@@ -17,7 +17,7 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
 )
 from airflow_provider_disttrain.job.outcome import ERROR, FAILED, SUCCESS, TIMEOUT, JobRef, lost_contact, make_outcome
-from airflow_provider_disttrain.job.status import job_result
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
@@ -66,7 +66,7 @@ def test_poke_returns_the_summary_when_the_job_succeeded() -> None:
 
     assert isinstance(returned, PokeReturnValue)
     assert returned.is_done is True
-    assert returned.xcom_value == job_result(hook.job("train-abc"), "PyTorchJob")
+    assert returned.xcom_value == JobView.of(hook.job("train-abc")).result("PyTorchJob")
     assert returned.xcom_value["state"] == "succeeded"
 
 
@@ -206,7 +206,9 @@ def test_execute_complete_success_returns_the_summary() -> None:
     job = make_job("train-abc", status=succeeded_status())
     hook = hook_with(succeeded_status())
 
-    assert make_sensor(hook).execute_complete(make_context(), event_for(SUCCESS, job)) == job_result(job, "PyTorchJob")
+    assert make_sensor(hook).execute_complete(make_context(), event_for(SUCCESS, job)) == JobView.of(job).result(
+        "PyTorchJob"
+    )
     assert hook.calls == []
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.ownership.naming import task_instance_labels
 from airflow_provider_disttrain.ui import view
 
@@ -101,10 +102,10 @@ def test_a_train_job_reads_its_nodes_from_the_trainer_spec():
     job = yaml.safe_load((STATUS / "trainjob-running.yaml").read_text())
     job["metadata"]["labels"] = LABELS
     job["spec"].setdefault("trainer", {})["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": "8"}}
-    rows = view.replicas(job)
+    rows = view.replicas(JobView.of(job))
     assert [row["type"] for row in rows] == ["node"]
     assert rows[0]["gpus_per_replica"] == 8
-    assert view.gpus_held(job) == rows[0]["active"] * 8
+    assert view.gpus_held(JobView.of(job)) == rows[0]["active"] * 8
 
 
 def test_the_view_carries_no_pod_template_nor_env_values():
@@ -230,7 +231,7 @@ def test_gpu_limits_are_read_as_kubernetes_quantities(quantity: Any, gpus: int) 
     job = fixture("pytorchjob-running.yaml")
     for replica in job["spec"]["pytorchReplicaSpecs"].values():
         replica["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": quantity}}
-    assert [row["gpus_per_replica"] for row in view.replicas(job)] == [gpus, gpus]
+    assert [row["gpus_per_replica"] for row in view.replicas(JobView.of(job))] == [gpus, gpus]
 
 
 def test_the_tab_finds_its_instances_job_of_this_deployment_or_of_before_the_label_never_anothers() -> None:
