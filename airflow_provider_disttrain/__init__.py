@@ -33,11 +33,12 @@ _LAZY_EXPORTS = {
     "DisttrainRetryPolicy": "airflow_provider_disttrain.failures.retry_policy",
 }
 
+# DisttrainRetryPolicy is importable by name but not in __all__: on Airflow 3.2 it raises an ImportError
+# saying it needs 3.3, and ``from airflow_provider_disttrain import *`` must work on every supported Airflow.
 __all__ = [
     "CleanupPolicy",
     "DeleteOrphanedTrainingJobsOperator",
     "DeleteTrainingJobOperator",
-    "DisttrainRetryPolicy",
     "MPIJobOperator",
     "MPIOptions",
     "PodOptions",
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from airflow_provider_disttrain.failures.retry_policy import DisttrainRetryPolicy
+    from airflow_provider_disttrain.failures.retry_policy import DisttrainRetryPolicy as DisttrainRetryPolicy
     from airflow_provider_disttrain.operators.manage import (
         DeleteTrainingJobOperator,
         ResumeTrainingJobOperator,
