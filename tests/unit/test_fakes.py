@@ -16,7 +16,15 @@ import pytest
 
 from airflow_provider_disttrain.hooks import watch_registry
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-from tests.unit.fakes import FakeTrainingJobHook, InMemoryWatches
+from tests.unit.fakes import (
+    FakeTrainingJobHook,
+    InMemoryWatches,
+    ManualClock,
+    make_job,
+    queued_status,
+    running_status,
+    succeeded_status,
+)
 
 # The fake's own test helpers: public, and not part of the real class.
 FAKE_HOOK_HELPERS = {"add_job", "api_calls", "called", "forget", "job", "only_job", "submitted_manifest"}
@@ -87,3 +95,23 @@ class _Positional:
 def test_the_check_sees_a_changed_default_or_kind(fake: type) -> None:
     assert set(mismatches(fake, _Real)) == {"read"}
     assert mismatches(_Real, _Real) == {}
+
+
+def test_a_fake_on_the_tests_clock_moves_its_job_with_time_not_with_reads() -> None:
+    """``clock``/``step_seconds``: a wait that reads the job once more sees the same story."""
+    clock = ManualClock(now=1_000.0)
+    hook = FakeTrainingJobHook(clock=clock, step_seconds=10.0)
+    hook.add_job(make_job(status=queued_status()), [queued_status(), running_status(), succeeded_status()])
+
+    def status() -> dict[str, Any]:
+        job = hook.get_job("PyTorchJob", "train-abc", "default")
+        assert job is not None
+        return job["status"]
+
+    assert [status(), status(), status()] == [queued_status()] * 3
+    clock.sleep(10.0)
+    assert [status(), status()] == [running_status()] * 2
+    clock.sleep(95.0)  # past the last step, the last status stays
+    assert status() == succeeded_status()
+    with pytest.raises(ValueError, match="together"):
+        FakeTrainingJobHook(clock=clock)
