@@ -2,7 +2,9 @@
 
 * ``FakeTrainingJobHook``: an in-memory stand-in for ``TrainingJobHook``'s public methods, for the
   operator, sensor and DAG-run tests. Jobs live in a dict; each ``get_job`` moves a job one step along
-  the status progression the test scripted, the way the training-operator would between two polls.
+  the status progression the test scripted, the way the training-operator would between two polls;
+  given the test's clock (``clock``, ``step_seconds``) the job moves on with time instead, so a story
+  does not depend on how many reads the code makes.
   It is the only fake of that hook (pods and their logs included); ``tests/unit/test_fakes.py`` checks
   that its methods take the real hook's parameters.
 * ``InMemoryWatches``: the trigger's shared watch over the same in-memory jobs (the watch itself is
@@ -19,6 +21,7 @@ import contextlib
 import copy
 import itertools
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime, timezone
@@ -235,6 +238,11 @@ class FakeTrainingJobHook:
 
     :param progression: statuses every job created through ``create_job`` goes through, one step per
         ``get_job``; the last one stays.
+    :param clock: with ``step_seconds``, the job moves on with the test's clock instead of per read (a
+        ``ManualClock``, or anything with ``wall()``): it shows step ``n`` of its progression from
+        ``n * step_seconds`` after it was created (or added) until the next, however often it is read. A
+        test whose story is "held for a while, then runs" then does not depend on how many reads the
+        code makes in between.
 
     Pods are listed from ``pods`` (job name -> pods, selected by the kind's job-name label as the real
     hook's selector does). Logs are served the way the kubelet serves its CRI log files: every line has
@@ -252,8 +260,14 @@ class FakeTrainingJobHook:
         *,
         namespace: str = "default",
         connection: ClusterConnection | None = None,
+        clock: Any = None,
+        step_seconds: float | None = None,
     ) -> None:
+        if (clock is None) != (step_seconds is None):
+            raise ValueError("clock and step_seconds come together")
         self.progression = [dict(step) for step in progression]
+        self.clock, self.step_seconds = clock, step_seconds
+        self.born: dict[tuple[str, str], float] = {}  # with a clock: when each job's progression began
         self.namespace = namespace
         self.connection = connection or ClusterConnection(conn_id="kubernetes_default")
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
@@ -292,6 +306,8 @@ class FakeTrainingJobHook:
         key = (stored["metadata"]["namespace"], stored["metadata"]["name"])
         self.jobs[key] = stored
         self.steps[key] = [dict(step) for step in progression]
+        if self.clock is not None:
+            self.born[key] = self.clock.wall()
         return stored
 
     def job(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
@@ -365,6 +381,8 @@ class FakeTrainingJobHook:
             return job
         self.jobs[(namespace, name)] = job
         self.steps[(namespace, name)] = [dict(step) for step in self.progression]
+        if self.clock is not None:
+            self.born[(namespace, name)] = self.clock.wall()
         if self.conflict_after_store:
             self.conflict_after_store = False
             raise JobAlreadyExistsError(f"{job_kind.kind} {namespace}/{name} already exists")
@@ -378,10 +396,24 @@ class FakeTrainingJobHook:
         job = self.jobs.get(key)
         if job is None:
             return None
-        if steps := self.steps.get(key):
+        if self.clock is not None:
+            if (status := self._status_on_the_clock(key)) is not None and status != job.get("status"):
+                job["status"] = copy.deepcopy(status)
+                job["metadata"]["resourceVersion"] = str(next(self._versions))
+        elif steps := self.steps.get(key):
             job["status"] = copy.deepcopy(steps.pop(0))
             job["metadata"]["resourceVersion"] = str(next(self._versions))
         return copy.deepcopy(job)
+
+    def _status_on_the_clock(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The step of the job's progression its age on ``clock`` has reached (None without one)."""
+        steps = self.steps.get(key)
+        if not steps or self.step_seconds is None:
+            return None
+        elapsed = self.clock.wall() - self.born.get(key, self.clock.wall())
+        # A hair of slack: a ManualClock near 1.7e9 epoch seconds adds 0.02 s with rounding error.
+        reached = math.floor(elapsed / self.step_seconds + 1e-3)
+        return steps[max(0, min(reached, len(steps) - 1))]
 
     def find_jobs(self, kind: Any, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         self._record("find_jobs", kind, namespace, dict(labels))
@@ -657,8 +689,9 @@ class ManualClock:
 
 def with_hook(operator: Any, hook: Any, manual_clock: ManualClock | None = None) -> Any:
     """Give ``operator`` the fake as its (cached) ``hook``, and a training job operator a ``ManualClock``
-    for its deadlines and polls (``operator.clock``); returns the operator."""
+    for its deadlines and polls (``operator.clock``: ``manual_clock``, else the one the fake's jobs move
+    on with, else a new one); returns the operator."""
     operator.__dict__["hook"] = hook
     if hasattr(operator, "clock"):
-        operator.clock = manual_clock or ManualClock()
+        operator.clock = manual_clock or getattr(hook, "clock", None) or ManualClock()
     return operator

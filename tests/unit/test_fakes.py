@@ -16,7 +16,15 @@ import pytest
 
 from airflow_provider_disttrain.hooks import watch_registry
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
-from tests.unit.fakes import FakeTrainingJobHook, InMemoryWatches
+from tests.unit.fakes import (
+    FakeTrainingJobHook,
+    InMemoryWatches,
+    ManualClock,
+    make_job,
+    queued_status,
+    running_status,
+    succeeded_status,
+)
 
 # The fake's own test helpers: public, and not part of the real class.
 FAKE_HOOK_HELPERS = {"add_job", "api_calls", "called", "forget", "job", "only_job", "submitted_manifest"}
@@ -98,3 +106,23 @@ def test_the_manual_clock_is_a_whole_clock() -> None:
     assert mismatches(ManualClock, SystemClock) == {}
     assert set(public_methods(SystemClock)) <= set(public_methods(ManualClock))
     assert inspect.iscoroutinefunction(ManualClock.sleep) and not inspect.iscoroutinefunction(ManualClock.sleep_sync)
+
+
+def test_a_fake_on_the_tests_clock_moves_its_job_with_time_not_with_reads() -> None:
+    """``clock``/``step_seconds``: a wait that reads the job once more sees the same story."""
+    clock = ManualClock(now=1_000.0)
+    hook = FakeTrainingJobHook(clock=clock, step_seconds=10.0)
+    hook.add_job(make_job(status=queued_status()), [queued_status(), running_status(), succeeded_status()])
+
+    def status() -> dict[str, Any]:
+        job = hook.get_job("PyTorchJob", "train-abc", "default")
+        assert job is not None
+        return job["status"]
+
+    assert [status(), status(), status()] == [queued_status()] * 3
+    clock.sleep_sync(10.0)
+    assert [status(), status()] == [running_status()] * 2
+    clock.sleep_sync(95.0)  # past the last step, the last status stays
+    assert status() == succeeded_status()
+    with pytest.raises(ValueError, match="together"):
+        FakeTrainingJobHook(clock=clock)

@@ -24,8 +24,8 @@ from airflow_provider_disttrain.lineage.facets import FAILURE_FACET, JOB_FACET, 
 from airflow_provider_disttrain.operators.training_job import TrainingJobOperator
 from tests.openlineage_events import pairs, parse_event
 from tests.unit.fakes import FakeTrainingJobHook, InMemoryWatches, failed_status, running_status, succeeded_status
+from tests.unit.operators.test_ending import finished_pods
 from tests.unit.operators.test_training_job import add_failing_pods
-from tests.unit.operators.test_training_job_metrics import finished_pods
 
 JOB_NAME = "train-abc"  # the name the fake pods (finished_pods, add_failing_pods) belong to
 

@@ -21,8 +21,8 @@ from airflow_provider_disttrain.operators.lineage import failure_reason
 from airflow_provider_disttrain.operators.train_job import TrainJobOperator
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from tests.unit.fakes import FakeTrainingJobHook, failed_status, make_context, succeeded_status, with_hook
+from tests.unit.operators.test_ending import METRICS, NAME, finished_pods
 from tests.unit.operators.test_training_job import add_failing_pods, make_operator, progressing
-from tests.unit.operators.test_training_job_metrics import METRICS, NAME, finished_pods
 
 DATA = Asset(name="weekly-data", uri="s3://example-bucket/datasets/weekly")
 MODEL = Asset(name="model", uri="file:///mnt/shared/models/latest")

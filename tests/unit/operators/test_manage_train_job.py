@@ -16,11 +16,11 @@ from airflow_provider_disttrain.operators.manage import (
 )
 from airflow_provider_disttrain.sensors.training_job import TrainingJobSensor
 from tests.unit.conftest import read_yaml
-from tests.unit.fakes import FakeTrainingJobHook, make_context, with_hook
+from tests.unit.fakes import FakeTrainingJobHook, ManualClock, make_context, with_hook
 
 
-def hook_with(state: str, progression: tuple[str, ...] = ()) -> FakeTrainingJobHook:
-    hook = FakeTrainingJobHook(namespace="kubeflow")
+def hook_with(state: str, progression: tuple[str, ...] = (), **kwargs: Any) -> FakeTrainingJobHook:
+    hook = FakeTrainingJobHook(namespace="kubeflow", **kwargs)
     hook.add_job(
         read_yaml(f"status/trainjob-{state}.yaml"),
         [read_yaml(f"status/trainjob-{step}.yaml")["status"] for step in progression],
@@ -70,12 +70,14 @@ def test_delete_deletes_the_trainjob() -> None:
 
 
 def test_the_sensor_reads_trainer_s_conditions() -> None:
-    hook = hook_with("pending", ("running", "complete"))  # one step per read
+    clock = ManualClock()
+    hook = hook_with("pending", ("running", "complete"), clock=clock, step_seconds=10.0)  # one step per poke
     sensor = with_hook(
-        TrainingJobSensor(task_id="wait", job_name="multi-node-example", kind="TrainJob", poke_interval=0.01), hook
+        TrainingJobSensor(task_id="wait", job_name="multi-node-example", kind="TrainJob", poke_interval=10), hook
     )
 
     assert sensor.poke(make_context()) is False
+    clock.sleep_sync(10.0)  # the poke interval
     done = sensor.poke(make_context())
 
     assert isinstance(done, PokeReturnValue) and done.is_done

@@ -935,7 +935,7 @@ def test_templating_covers_the_manifest_and_its_files() -> None:
     assert {"job_manifest", "job_name", "namespace", "image", "command", "args", "env"} <= set(
         TrainingJobOperator.template_fields
     )
-    # No field is a file by its suffix; a job_manifest path is (test_training_job_templates.py).
+    # No field is a file by its suffix; a job_manifest path is (test_base.py).
     assert TrainingJobOperator.template_ext == ()
 
 

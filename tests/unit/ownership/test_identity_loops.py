@@ -34,8 +34,8 @@ from tests.unit.fakes import (
     running_status,
     succeeded_status,
 )
-from tests.unit.operators.test_training_job_retry import make_operator
 from tests.unit.ownership.labels_32c71f4 import labels_32c71f4
+from tests.unit.ownership.test_identity import make_operator
 
 LOOP_REGION = uuid.UUID("0190f3a2-7c1e-7d4b-9a55-3b6f2d8e1c40")
 

@@ -1,6 +1,6 @@
 """``startup_timeout`` limits how long a job may take to start, not how long it may be suspended later.
 
-The operator's sync wait against ``FakeTrainingJobHook``: the job's status moves one step per read,
+The operator's sync wait against ``FakeTrainingJobHook``: the job's status moves on with the wait's clock,
 through the conditions the training-operator and the mpi-operator write when a job is suspended.
 """
 
@@ -18,6 +18,7 @@ from tests.unit.fakes import (
     END,
     START,
     FakeTrainingJobHook,
+    ManualClock,
     condition,
     make_context,
     running_status,
@@ -63,13 +64,17 @@ def test_a_job_suspended_after_it_ran_is_waited_for_past_the_startup_timeout(
     operator_class: type, leader: str, kind_prefix: str
 ) -> None:
     suspended = suspended_after_running(kind_prefix)
+    clock = ManualClock()
+    # Each status holds for one poll interval on the wait's clock, however often the wait reads the job.
     hook = FakeTrainingJobHook(
         progression=[
             running_status(leader=leader),
             *[suspended] * 5,
             resumed_running(leader),
             succeeded_status(leader=leader),
-        ]
+        ],
+        clock=clock,
+        step_seconds=0.02,
     )
     operator = with_hook(
         operator_class(
@@ -79,13 +84,14 @@ def test_a_job_suspended_after_it_ran_is_waited_for_past_the_startup_timeout(
             wait_policy=WaitPolicy(poll_interval=0.02, startup_timeout=0.01),
         ),
         hook,
+        clock,
     )
 
     result = operator.execute(make_context())
 
     assert result["state"] == "succeeded"
     assert hook.called("delete_job") == []
-    assert len(hook.called("get_job")) == 8
+    assert sum(clock.sleeps) >= 0.1  # it waited through the suspension, ten times the startup_timeout
 
 
 def test_a_job_held_suspended_from_the_start_times_out_as_not_started() -> None:

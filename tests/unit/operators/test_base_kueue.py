@@ -158,8 +158,12 @@ def test_the_sync_waits_kueue_line_counts_the_time_waited_on_the_tasks_clock() -
 
 
 def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
-    # Held for 20 polls (0.2 s), four times the startup limit: the job still runs and succeeds.
-    hook = FakeTrainingJobHook(progression=[held_status()] * 20 + [released_status(), succeeded_status()])
+    # Held for 20 polls (0.2 s on the wait's clock), four times the startup limit: the job still runs and succeeds.
+    hook = FakeTrainingJobHook(
+        progression=[held_status()] * 20 + [released_status(), succeeded_status()],
+        clock=ManualClock(),
+        step_seconds=0.01,
+    )
     add_workload_once_created(hook)
     task = operator(hook, local_queue="default", wait_policy=WaitPolicy(poll_interval=0.01, startup_timeout=0.05))
 
