@@ -11,7 +11,7 @@ operator parse fast: the hooks, the trigger and the Kubernetes clients are impor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, conf
@@ -24,9 +24,6 @@ from airflow_provider_disttrain.job.outcome import JobRef, Outcome
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.manifest.builder import set_identity
-from airflow_provider_disttrain.manifest.loading import is_manifest_path, manifest_template
-from airflow_provider_disttrain.manifest.pod_validation import env_values_by_name
-from airflow_provider_disttrain.manifest.templating import check_rendered_manifest, has_jinja
 from airflow_provider_disttrain.manifest.validation import (
     max_job_name_length,
     validate_log_replicas_exist,
@@ -38,6 +35,7 @@ from airflow_provider_disttrain.operators.cluster_hook import ClusterConnectionM
 from airflow_provider_disttrain.operators.ending import JobEnding
 from airflow_provider_disttrain.operators.lineage import TrainingJobLineageMixin
 from airflow_provider_disttrain.operators.links import TrainingJobLink
+from airflow_provider_disttrain.operators.manifest_templates import ManifestTemplatesMixin
 from airflow_provider_disttrain.operators.waiting import poll_until_over, trigger_for
 from airflow_provider_disttrain.ownership.identity import JobIdentity, loop_region, task_instance_keys_of
 from airflow_provider_disttrain.ownership.naming import (
@@ -57,13 +55,12 @@ from airflow_provider_disttrain.pods.logs import LEADER, validate_log_replicas
 from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
-    import jinja2
     from airflow.sdk import Context
 
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 
 
-class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, BaseOperator):
+class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, ClusterConnectionMixin, BaseOperator):
     """Submit one Kubeflow training job and wait until it finishes; what every kind's operator shares.
 
     Describe the job with ``job_manifest`` (a dict, YAML text or a ``.yaml``/``.yml``/``.json`` file,
@@ -183,44 +180,6 @@ class BaseTrainingJobOperator(TrainingJobLineageMixin, ClusterConnectionMixin, B
         self._job_ref: JobRef | None = None
         self._claiming: tuple[JobIdentity, str, str] | None = None
         self._keep_job_on_kill = False
-
-    def _do_render_template_fields(
-        self,
-        parent: Any,
-        template_fields: Iterable[str],
-        context: Context,
-        jinja_env: jinja2.Environment,
-        seen_oids: set[int],
-    ) -> None:
-        """Render ``job_manifest`` given as a file path (relative to the DAG folder, or absolute; the path
-        itself may be a template) as a template file, and every other field as a plain template (Airflow's
-        ``template_ext`` would read any field ending in the suffix as a file). Mapped tasks render through
-        here too."""
-        if parent is self and "job_manifest" in template_fields and isinstance(self.job_manifest, str):
-            self.job_manifest = self._render_manifest_text(self.job_manifest, context, jinja_env)
-            template_fields = [field for field in template_fields if field != "job_manifest"]
-        super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
-        if parent is self and self.env:
-            from airflow.sdk.log import mask_secret
-
-            # Airflow masks a rendered mapping's values by their keys only: give it the names of every form.
-            values: dict[str, Any] = env_values_by_name(self.env)
-            mask_secret(values)
-
-    def _render_manifest_text(self, value: str, context: Context, jinja_env: jinja2.Environment) -> Any:
-        """``job_manifest`` given as text, rendered. A one-line template is rendered first and read as the
-        path of a template file if it names one (``{{ params.manifest }}``); the file, or the inline YAML,
-        is rendered once (Jinja in a rendered value stays text), and must not gain privileges from what it
-        rendered (``templating.refuse_rendered_privileges``)."""
-        path: Any = value
-        if "\n" not in value.strip() and has_jinja(value, jinja_env):
-            path = self.render_template(value, context, jinja_env)
-            if not is_manifest_path(path):  # one line of YAML or JSON text, rendered
-                return check_rendered_manifest(value, path, jinja_env)
-        if not is_manifest_path(path):  # inline YAML
-            return check_rendered_manifest(value, self.render_template(value, context, jinja_env), jinja_env)
-        template, text = manifest_template(jinja_env, str(path))
-        return check_rendered_manifest(text, self._render(template, context), jinja_env)
 
     @property
     def job_kind(self) -> JobKind:
