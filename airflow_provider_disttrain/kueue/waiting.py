@@ -99,14 +99,14 @@ def kueue_word(
 
     ``waited``: the seconds since the Workload was created, for a line written once (a line the
     triggerer compares with its last one leaves it out, so that it changes only when the job moves).
-    ``wait``: the estimate of its start (``AdmissionLog.estimate``), said after its place.
+    ``wait``: the estimate of its start (``AdmissionLog.estimate``), said after its place when it has one.
     """
     reason = waiting_message(workload)
     message = reason
     if reason and position is not None and workload is not None:
         created = (workload.get("metadata") or {}).get("creationTimestamp")
         message = f"{reason}; {position.describe(since=created, waited_seconds=waited)}"
-    if message and wait is not None:
+    if message and wait is not None and wait.position is not None:  # unplaced: the line says nothing of it
         message = f"{message}; {wait.describe()}"
     at = (position.in_local_queue, position.cluster_queue_position) if position is not None else (None, None)
     return KueueWord(message, never_admitted(workload), (reason, *at) if reason else None, wait if reason else None)
