@@ -20,6 +20,7 @@ from airflow_provider_disttrain.kueue.admission import (
     NeverAdmitted,
     queue_problem,
 )
+from airflow_provider_disttrain.kueue.estimate import AdmissionLog, WaitEstimate
 from airflow_provider_disttrain.kueue.hold import held_by_kueue, queue_name
 from airflow_provider_disttrain.kueue.position import QueuePosition
 from airflow_provider_disttrain.kueue.waiting import (
@@ -39,7 +40,10 @@ from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 class QueuePositionReader:
     """A worker's reads of its job's LocalQueue positions: one GET per ``refresh_seconds`` at most, and
     none after the API said it cannot answer (logged once). What an answer means is ``PositionBook``'s;
-    this only asks (and raises an outage, for the waiter's own retry handling)."""
+    this only asks (and raises an outage, for the waiter's own retry handling).
+
+    With each GET it LISTs the namespace's Workloads too, for the admission history the start is
+    estimated from (``kueue.estimate``): one LIST per ``refresh_seconds``, not per poll."""
 
     def __init__(
         self,
@@ -54,6 +58,8 @@ class QueuePositionReader:
         self._refresh_seconds = refresh_seconds
         self._clock = clock
         self._book: PositionBook | None = None  # one job's: its LocalQueue's
+        self.admissions = AdmissionLog()
+        self._history_unreadable = False
 
     @property
     def unavailable(self) -> bool:
@@ -66,6 +72,7 @@ class QueuePositionReader:
         now = self._clock.monotonic()
         if book.due(now):
             book.asking(now)
+            self._read_history(namespace)
             try:
                 summary = self._hook.pending_workloads(namespace, local_queue)
             except Exception as error:
@@ -76,6 +83,24 @@ class QueuePositionReader:
                 if (warning := book.answered(summary)[1]) is not None:
                     self._log.warning("%s", warning)
         return None if book.unavailable else book.positions.get(workload_name)
+
+    def estimate(self, local_queue: str, position: QueuePosition | None) -> WaitEstimate:
+        """When the job at ``position`` may start, from the admissions the last LISTs showed."""
+        return self.admissions.estimate(local_queue, position, self._clock.wall())
+
+    def _read_history(self, namespace: str) -> None:
+        if self._history_unreadable:
+            return
+        try:
+            workloads = self._hook.list_workloads(namespace)
+        except Exception as error:
+            if api_status(error) not in WORKLOAD_UNREADABLE:
+                raise
+            # find_workload reads them with the same verb: a Role that allows one allows both.
+            self._history_unreadable = True
+            self._log.debug("Workloads of %s not listed for the admission history: %s", namespace, error)
+            return
+        self.admissions.see_all(workloads)
 
 
 class KueueWaitReporter:
@@ -121,11 +146,13 @@ class KueueWaitReporter:
             self._unreadable = True
             self._log.warning("%s", workload_unreadable_warning(_title(job), describe_error(error)))
             return NOTHING
-        position = None
+        position = wait = None
         if workload is not None and (name := position_wanted(workload)) is not None:
             position = self._positions.position(metadata["namespace"], str(queue_name(job)), name)
+            if not self._positions.unavailable:
+                wait = self._positions.estimate(str(queue_name(job)), position)
         waited = waited_seconds(workload, self._clock.wall()) if workload is not None else None
-        return kueue_word(workload, position, waited=waited)
+        return kueue_word(workload, position, waited=waited, wait=wait)
 
 
 def _title(job: Mapping[str, Any]) -> str:

@@ -157,6 +157,25 @@ class TrainingJobHook(KubernetesHook):
         return dict(workload) if workload is not None else None
 
     @retry_transient()
+    def list_workloads(self, namespace: str, max_pages: int = 2) -> list[dict[str, Any]]:
+        """The Workloads of the namespace's jobs (those with Kueue's job-uid label), at most ``max_pages``
+        pages of ``LIST_PAGE_SIZE``: the admission history a queued job's start is estimated from
+        (``kueue.estimate``), read once per position refresh, not once per poll."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        for _ in range(max_pages):
+            page = self._custom.list_namespaced_custom_object(
+                **WORKLOAD.namespaced_path(namespace),
+                label_selector=JOB_UID_LABEL,
+                limit=LIST_PAGE_SIZE,
+                _continue=token,  # None: the first page (the client sends no parameter)
+            )
+            items.extend(page.get("items") or [])
+            if not (token := (page.get("metadata") or {}).get("continue")):
+                break
+        return items
+
+    @retry_transient()
     def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
         """Kueue's visibility API: the pending Workloads of a LocalQueue, in order (``kueue_position``).
 

@@ -6,7 +6,9 @@ the trigger follows the Kueue Workloads of queued jobs through one watch per nam
 and indexed on Kueue's ``job-uid`` label (``index_label``), since Kueue names a Workload itself. One
 label value may have several objects at once (Kueue replaces a job's Workload and deletes the old one,
 before or after): they are kept by their own uid, and a subscriber sees the one that stands
-(``kueue.standing_workload``), so a predecessor's deletion does not hide its successor.
+(``kueue.standing_workload``), so a predecessor's deletion does not hide its successor. A watch of
+Workloads also notes every admission it sees in the namespace, waited for or not (``admissions``,
+bounded): the history a queued job's start is estimated from (``kueue.estimate``), at no extra request.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any, Protocol
 
 from airflow_provider_disttrain.hooks.loop_pacing import pacer
 from airflow_provider_disttrain.hooks.watch_values import CachedJob, WatchKey, trimmed
-from airflow_provider_disttrain.kueue.hold import standing_workload
+from airflow_provider_disttrain.kueue.estimate import AdmissionLog
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, standing_workload
 
 
 class Subscriber(Protocol):
@@ -38,6 +41,7 @@ class WatchCache:
         # With ``index_label``: each label value's objects by their own uid (what ``_jobs`` is chosen from).
         self._members: dict[str, dict[str, CachedJob]] = {}
         self._subscribers: dict[str, set[Subscriber]] = {}
+        self.admissions = AdmissionLog() if key.index_label == JOB_UID_LABEL else None
 
     def cached(self, name: str) -> CachedJob | None:
         return self._jobs.get(name)
@@ -92,6 +96,8 @@ class WatchCache:
     def _store(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
         """A watch event's object (trimmed) replaces the cached one, and its subscribers wake."""
         name = self._name_of(obj)
+        if self.admissions is not None:
+            self.admissions.see(obj)
         if name not in self._subscribers:
             return  # nobody waits for it (a trigger that comes for it later reads it once)
         entry = CachedJob(trimmed(obj), deleted=deleted)
@@ -109,6 +115,8 @@ class WatchCache:
         the page's are returned. The round trip costs about 2 ms per 100 kept jobs, a fraction of the
         page's own parse.
         """
+        if self.admissions is not None:
+            self.admissions.see_all(page.get("items") or [])
         kept = json.dumps(
             [trimmed(item) for item in page.get("items") or [] if self._name_of(item) in self._subscribers]
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.kueue.admission import NeverAdmitted
+from airflow_provider_disttrain.kueue.estimate import WaitEstimate
 from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, WORKLOAD, held_by_kueue, queue_name
 from airflow_provider_disttrain.kueue.position import QueuePosition
 from airflow_provider_disttrain.kueue.waiting import kueue_word, position_wanted, workload_unreadable_warning
@@ -84,11 +85,12 @@ class WorkloadFollower:
             return None
         entry = self._subscription.entry
         workload = entry.job if entry is not None and not entry.deleted else None
-        position = None
+        position = wait = None
         if workload is not None and (name := position_wanted(workload)) is not None:
             position = await self._position(job, name, connection, job_subscription)
+            wait = self._estimate(job, position)
         # Without the waited time: the line changes only when the job moves in the queue.
-        word = kueue_word(workload, position)
+        word = kueue_word(workload, position, wait=wait)
         self.never_admitted = word.never_admitted
         return word.message
 
@@ -118,6 +120,14 @@ class WorkloadFollower:
             )
             self._positions = await self._positions_context.__aenter__()
         return self._positions.position(workload_name)
+
+    def _estimate(self, job: Mapping[str, Any], position: QueuePosition | None) -> WaitEstimate | None:
+        """When the job may start, from the admissions the shared Workload watch saw (no request of its own);
+        None while its place is not asked for (the visibility API refused)."""
+        watch = self._subscription.watch if self._subscription is not None else None
+        if watch is None or watch.admissions is None or self._positions is None or self._positions.unavailable:
+            return None
+        return watch.admissions.estimate(str(queue_name(job)), position, watch.clock.wall())
 
     async def stop(self) -> None:
         context, self._context, self._subscription = self._context, None, None

@@ -50,7 +50,7 @@ class QueuePosition:
         if since is not None and (at := parse_time(since)) is not None:
             text += f"; queued since {at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
             if waited_seconds is not None:
-                text += f" ({_duration(waited_seconds)})"
+                text += f" ({duration_text(waited_seconds)})"
         return text
 
 
@@ -105,7 +105,8 @@ def positions(local_queue: str, summary: Mapping[str, Any]) -> dict[str, QueuePo
     return found
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """``45 s``, ``13 min``, ``2.5 h``: a wait as a person reads it (whole units, no false precision)."""
     seconds = max(0.0, seconds)
     if seconds < 120:
         return f"{seconds:.0f} s"

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_provider_disttrain.kube.conditions import parse_time
 from airflow_provider_disttrain.kueue.admission import NeverAdmitted, never_admitted
+from airflow_provider_disttrain.kueue.estimate import WaitEstimate
 from airflow_provider_disttrain.kueue.hold import is_admitted, waiting_message
 from airflow_provider_disttrain.kueue.position import MalformedAnswer, QueuePosition, positions
 
@@ -79,6 +80,8 @@ class KueueWord:
     """Kueue's word that it can never admit the job (``kueue.admission``)."""
     said: tuple[str, int | None, int | None] | None
     """What a log line compares with the last one: the reason and the place, not the time waited."""
+    wait: WaitEstimate | None = None
+    """When the job may start (``kueue.estimate``), while Kueue holds it and its place is asked for."""
 
 
 NOTHING = KueueWord(None, None, None)
@@ -86,20 +89,27 @@ NOTHING = KueueWord(None, None, None)
 
 
 def kueue_word(
-    workload: Mapping[str, Any] | None, position: QueuePosition | None, *, waited: float | None = None
+    workload: Mapping[str, Any] | None,
+    position: QueuePosition | None,
+    *,
+    waited: float | None = None,
+    wait: WaitEstimate | None = None,
 ) -> KueueWord:
     """Kueue's word on a held job from its Workload (None: not created yet) and its place in the queue.
 
     ``waited``: the seconds since the Workload was created, for a line written once (a line the
     triggerer compares with its last one leaves it out, so that it changes only when the job moves).
+    ``wait``: the estimate of its start (``AdmissionLog.estimate``), said after its place when it has one.
     """
     reason = waiting_message(workload)
     message = reason
     if reason and position is not None and workload is not None:
         created = (workload.get("metadata") or {}).get("creationTimestamp")
         message = f"{reason}; {position.describe(since=created, waited_seconds=waited)}"
+    if message and wait is not None and wait.position is not None:  # unplaced: the line says nothing of it
+        message = f"{message}; {wait.describe()}"
     at = (position.in_local_queue, position.cluster_queue_position) if position is not None else (None, None)
-    return KueueWord(message, never_admitted(workload), (reason, *at) if reason else None)
+    return KueueWord(message, never_admitted(workload), (reason, *at) if reason else None, wait if reason else None)
 
 
 @dataclass

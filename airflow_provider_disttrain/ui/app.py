@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -39,6 +40,7 @@ from sqlalchemy import select
 from airflow_provider_disttrain.failures.diagnostics import event_objects
 from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.kueue.position import MalformedAnswer
 from airflow_provider_disttrain.operators.links import CONFIG_SECTION
 from airflow_provider_disttrain.ownership.naming import (
     TASK_INSTANCE_LABEL,
@@ -47,7 +49,7 @@ from airflow_provider_disttrain.ownership.naming import (
     task_instance_key,
 )
 from airflow_provider_disttrain.pods.logs import leader_pods
-from airflow_provider_disttrain.ui import view
+from airflow_provider_disttrain.ui import view, waits
 from airflow_provider_disttrain.ui.bounded import DEFAULT_REQUEST_SECONDS, BoundedHook, Budget
 from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache, NoAnswer, SharedListStore
 from airflow_provider_disttrain.ui.masking import masker
@@ -102,6 +104,8 @@ class Cluster:
         self.cache = JobListCache(self._list, ttl=ttl, store=_shared_store("jobs"))
         # A job's pods and Warning events, for its tab: keyed by "<kind>/<name>", as short-lived.
         self.pods_and_events = JobListCache(self._pods_and_events, ttl=ttl, store=_shared_store("pods"))
+        # Kueue's Workloads ("workloads") and a LocalQueue's pending ones ("pending/<queue>"), for the waits.
+        self.kueue = JobListCache(self._kueue, ttl=ttl, store=_shared_store("kueue"))
 
     def _list(self, namespace: str, kind: str) -> list[dict[str, Any]]:
         try:
@@ -129,6 +133,32 @@ class Cluster:
         mask = masker(self.hook.get_job(kind, name, namespace) or {}, pods)
         found = {"pods": [view.pod_read(pod) for pod in pods], "events": [view.event_read(e) for e in events]}
         return [mask({**found, "log": log_tail})]
+
+    def _kueue(self, namespace: str, key: str) -> list[dict[str, Any]]:
+        """The namespace's Workloads, or a LocalQueue's pending Workloads; none when the connection may not
+        read them or Kueue does not serve them (401/403/404/503): the page then shows no estimate."""
+        try:
+            if key == "workloads":
+                return [waits.workload_read(w) for w in self.hook.list_workloads(namespace)]
+            return waits.pending_read(self.hook.pending_workloads(namespace, key.removeprefix("pending/")))
+        except Exception as error:
+            if api_status(error) in (401, 403, 404, 503) or isinstance(error, MalformedAnswer):
+                return []
+            raise
+
+    def waits(self, jobs: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """The ``wait`` of each job Kueue holds (``ui.waits``), within the request's budget; none when the
+        cluster does not answer in time (the rest of the page stands without them)."""
+        try:
+            return waits.job_waits(
+                jobs,
+                lambda namespace: self.kueue.jobs(namespace, "workloads", wait=self.budget.left()),
+                lambda namespace, queue: self.kueue.jobs(namespace, f"pending/{queue}", wait=self.budget.left()),
+                time.time(),
+            )
+        except Exception as error:
+            log.info("The Training jobs UI shows no wait estimates this time: %s", error)
+            return {}
 
     def _log_tail(self, kind: str, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The last lines of the leader's log (what the task's log already shows of it), once it started."""
@@ -268,8 +298,9 @@ def create_app() -> FastAPI:
                 )
             except Exception as error:
                 raise _cluster_error(error) from error
+            wait = state.waits([job]).get(waits.key_of(job))
         detail = view.job_detail(job, now=time.time(), pods=found["pods"], events=found["events"], log=found["log"])
-        return {"job": detail, "cluster_lists": state.cache.lists}
+        return {"job": {**detail, "wait": wait}, "cluster_lists": state.cache.lists}
 
     @app.get("/api/jobs")
     def jobs(
@@ -287,9 +318,12 @@ def create_app() -> FastAPI:
                 found = current.jobs(current.namespaces)
             except Exception as error:
                 raise _cluster_error(error) from error
+            held = current.waits(found)
         allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
         now = time.time()
-        summaries = view.this_deployments(view.job_summary(job, now=now) for job in found)
+        summaries = view.this_deployments(
+            {**view.job_summary(job, now=now), "wait": held.get(waits.key_of(job))} for job in found
+        )
         # Jobs made before the dag-key label are matched on their DAG-id label: against every DAG id known.
         known = (
             session.scalars(select(DagModel.dag_id)).all()

@@ -53,13 +53,17 @@ class TimedApi:
     """A kubernetes API object (``CoreV1Api``, ``CustomObjectsApi``) whose every call carries what is left
     of the budget as its ``_request_timeout``."""
 
-    def __init__(self, api: Any, budget: Budget) -> None:
+    def __init__(self, api: Any, budget: Budget, only: frozenset[str] | None = None) -> None:
         self._api = api
         self._budget = budget
+        self._only = only
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._api, name)
-        if name.startswith("_") or not callable(attribute):
+        if name == "api_client" and self._only is None:
+            # Its raw ``call_api`` serves what no generated method does (Kueue's visibility API): timed too.
+            return TimedApi(attribute, self._budget, only=frozenset({"call_api"}))
+        if name.startswith("_") or not callable(attribute) or (self._only is not None and name not in self._only):
             return attribute
         return self._timed(attribute)
 

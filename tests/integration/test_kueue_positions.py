@@ -9,7 +9,8 @@ triggerer's shared poller's), authenticated with the provider's service-account 
 checks with the API server (TokenReview) and authorizes against the documented Role
 (SubjectAccessReview: ``get`` on ``localqueues/pendingworkloads``).
 
-Three 2-GPU jobs in a ClusterQueue of 2 GPUs: the first runs, the other two wait, in order.
+Three 2-GPU jobs in a ClusterQueue of 2 GPUs: the first runs, the other two wait, in order; the sync
+wait's line says the third's place and that one admission is too little history for a start estimate.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,10 +29,11 @@ import structlog
 import yaml
 
 from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
-from airflow_provider_disttrain.hooks.kueue import QueuePositionReader
+from airflow_provider_disttrain.hooks.kueue import KueueWaitReporter, QueuePositionReader
 from airflow_provider_disttrain.hooks.queue_positions import LocalQueuePositions, cluster_fetch
 from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
 from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.kueue.hold import held_by_kueue
 from airflow_provider_disttrain.utils.clock import SYSTEM
 from tests.integration.conftest import SmallQueue, gpu_pool, own_queue, wait_until
 from tests.integration.test_kueue import _condition
@@ -111,6 +114,38 @@ def test_the_provider_reads_each_waiting_jobs_place_from_the_real_visibility_ser
 
     async_second, async_third = asyncio.run(poll_once())
     assert (async_second, async_third) == (second, third)
+
+    # The start estimate (kueue.estimate) of the sync wait's line: the admissions from the Workloads the
+    # provider's connection lists through the API server, the place from the visibility server. One
+    # admission (the first job's) in the window is too little history: the line says so, with no number.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUEUE_API",
+        json.dumps(
+            {
+                "conn_type": "kubernetes",
+                "extra": {"kube_config_path": str(service_account_kubeconfig), "namespace": namespace},
+            }
+        ),
+    )
+    api, visibility = TrainingJobHook(conn_id="kueue_api"), TrainingJobHook(conn_id="kueue_visibility")
+    hook = SimpleNamespace(
+        find_workload=api.find_workload,
+        list_workloads=api.list_workloads,
+        pending_workloads=visibility.pending_workloads,
+    )
+    job = wait_until(
+        "the third job to be suspended by Kueue",
+        lambda: (found := api.get_job("PyTorchJob", "third", namespace)) and held_by_kueue(found) and found,
+    )
+    with structlog.testing.capture_logs() as logs:
+        message = KueueWaitReporter(hook, structlog.get_logger()).observe(job)
+    assert message is not None
+    assert "; position 2 of 2 in LocalQueue 'positions' (2 in its ClusterQueue); queued since " in message
+    assert message.endswith(
+        f"; no start estimate: position 2 in ClusterQueue {two_gpu_queue.cluster_queue}; only 1 admission there in "
+        "the last 30 min (at least 3 make an estimate): too little history to say"
+    )
+    assert [entry["event"] for entry in logs] == [f"PyTorchJob {namespace}/third is queued by Kueue: {message}"]
 
 
 def test_without_the_roles_visibility_rule_the_reader_says_so_once_and_stops(

@@ -210,6 +210,7 @@ _API_METHODS = (
     "get_job",
     "find_jobs",
     "find_workload",
+    "list_workloads",
     "pending_workloads",
     "get_kueue_queue",
     "patch_job",
@@ -458,6 +459,11 @@ class FakeTrainingJobHook:
         listed = [w for w in self.workloads if w["metadata"].get("namespace") == namespace]
         workload = workload_of(listed, job_uid)
         return copy.deepcopy(dict(workload)) if workload is not None else None
+
+    def list_workloads(self, namespace: str, max_pages: int = 2) -> list[dict[str, Any]]:
+        """The namespace's Workloads, as the real hook lists them for the admission history."""
+        self._record("list_workloads", namespace)
+        return [copy.deepcopy(w) for w in self.workloads if w["metadata"].get("namespace") == namespace]
 
     def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
         """Kueue's visibility answer (``fake_apiserver.pending_workloads_summary``) over the namespace's

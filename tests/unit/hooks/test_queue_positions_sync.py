@@ -80,6 +80,9 @@ class AnsweringHook:
         self.answers = list(answers)
         self.asked = 0
 
+    def list_workloads(self, namespace: str) -> list[dict[str, Any]]:
+        return []  # no admission history: the positions are what this hook is about
+
     def pending_workloads(self, namespace: str, local_queue: str) -> dict[str, Any]:
         self.asked += 1
         return self.answers[min(self.asked, len(self.answers)) - 1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_disttrain.kueue.estimate import WaitEstimate
 from airflow_provider_disttrain.kueue.position import QueuePosition
 from airflow_provider_disttrain.kueue.waiting import PositionBook, kueue_word, position_wanted
 
@@ -62,3 +63,17 @@ def test_a_refusal_for_good_stops_the_asking_and_an_outage_does_not() -> None:
     warning = book.failed(403, "Forbidden")
     assert warning is not None and "localqueues/pendingworkloads" in warning
     assert not book.due(1e9)
+
+
+def test_the_word_says_the_start_estimate_after_the_place_and_nothing_of_an_unplaced_one() -> None:
+    place = QueuePosition("user-queue", 0, 2, 1)
+    estimate = WaitEstimate(3, 900.0, "position 3 in ClusterQueue gpu-a; 6 admissions there ...: about 15 min")
+    unplaced = WaitEstimate(None, None, "its place in the queue is not known")
+
+    word = kueue_word(workload(QuotaReserved="False"), place, wait=estimate)
+    quiet = kueue_word(workload(QuotaReserved="False"), None, wait=unplaced)
+
+    assert word.message is not None and word.message.endswith(f"00:00:05 UTC; {estimate.describe()}")
+    assert word.wait == estimate and word.said == ("QuotaReserved says so", 0, 2)  # the estimate is not compared
+    assert quiet.message == "QuotaReserved says so" and quiet.wait == unplaced
+    assert kueue_word(workload(Admitted="True"), None, wait=estimate).wait is None  # admitted: no wait

@@ -154,7 +154,7 @@ def test_the_sync_waits_kueue_line_counts_the_time_waited_on_the_tasks_clock() -
         task.execute(make_context())
 
     [line] = [entry["event"] for entry in logs if "is queued by Kueue: " in entry["event"]]
-    assert line.endswith("(13 min)")
+    assert "(13 min); " in line  # then the start estimate (kueue.estimate)
 
 
 def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
@@ -184,6 +184,45 @@ def test_time_in_the_queue_does_not_count_toward_startup_timeout() -> None:
     assert len(hook.called("find_workload")) == 20 + 1
     assert result["kueue"]["workload"] == f"pytorchjob-{result['name']}-1a2b3"
     assert result["kueue"]["evictions"] == 0
+
+
+def admitted_workload(name: str, seconds_ago: float) -> dict[str, Any]:
+    """Another job's Workload that Kueue admitted ``seconds_ago`` through LocalQueue default's ClusterQueue."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "labels": {JOB_UID_LABEL: name}},
+        "spec": {"queueName": "default"},
+        "status": {
+            "admission": {"clusterQueue": "gpu-a"},
+            "conditions": [condition("Admitted", stamp(-seconds_ago), "Admitted")],
+        },
+    }
+
+
+def test_the_sync_waits_lines_estimate_the_start_from_the_admissions_in_the_cluster_queue() -> None:
+    hook = FakeTrainingJobHook(progression=[held_status()] * 3 + [released_status(), succeeded_status()])
+    hook.workloads = [admitted_workload(f"earlier-{i}", 300 + 600 * i) for i in range(3)]
+    hook.on_get = lambda _: (
+        pending_workload(hook)
+        if hook.jobs and not any("earlier" not in w["metadata"]["name"] for w in hook.workloads)
+        else None
+    )
+    task = operator(hook, local_queue="default")
+
+    with structlog.testing.capture_logs() as logs:
+        task.execute(make_context())
+
+    estimate = (
+        "estimated start: position 1 in ClusterQueue gpu-a; 3 admissions there in the last 30 min, about one every "
+        "10 min: about 10 min"
+    )
+    # The sync wait's line about the hold (the trigger's progress line: tests/unit/triggers).
+    [line] = [str(entry["event"]) for entry in logs if "is queued by Kueue: " in str(entry["event"])]
+    assert "; position 1 of 1 in LocalQueue 'default' (1 in its ClusterQueue); queued since " in line
+    assert line.endswith(f"; {estimate}")
+    # The history is one LIST per position refresh (30 s), not one per poll.
+    assert len(hook.called("list_workloads")) == len(hook.called("pending_workloads")) == 1
 
 
 def test_queue_timeout_fails_with_kueues_message_and_deletes_the_queued_job() -> None:

@@ -33,7 +33,11 @@ def test_poke_logs_kueues_reason_once_per_change_and_keeps_waiting() -> None:
 
     said = [entry["event"] for entry in logs if "is queued by Kueue: " in entry["event"]]
     # With its place in the queue (Kueue's visibility API, read once for the three pokes of 30 s).
-    position = "position 1 of 1 in LocalQueue 'user-queue' (1 in its ClusterQueue)"
+    position = (
+        "position 1 of 1 in LocalQueue 'user-queue' (1 in its ClusterQueue); no start estimate: position 1 in its "
+        "ClusterQueue; no job of LocalQueue 'user-queue' seen admitted in the last 30 min, so neither its "
+        "ClusterQueue nor its admission rate is known"
+    )
     assert said == [
         f"PyTorchJob default/train-abc is queued by Kueue: {QUOTA_MESSAGE}; {position}",
         f"PyTorchJob default/train-abc is queued by Kueue: LocalQueue user-queue is inactive; {position}",

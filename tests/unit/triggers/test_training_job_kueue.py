@@ -7,6 +7,7 @@ Workloads (``kueue.x-k8s.io/v1beta2``) beside the jobs, as Kueue v0.17 writes th
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -197,3 +198,45 @@ async def test_waiting_triggers_say_their_place_in_the_queue_from_one_request_pe
     # One request for the three at the start, one at the 30 s refresh (not one per trigger).
     asked = [path for verb, path in apiserver.paths if path.endswith("/pendingworkloads")]
     assert len(asked) == 2
+
+
+def admitted_elsewhere(index: int, seconds_ago: float) -> dict[str, Any]:
+    """Another job's Workload, admitted ``seconds_ago`` through LocalQueue default's ClusterQueue gpu-a."""
+    at = datetime.fromtimestamp(epoch(-seconds_ago), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    admitted = workload(condition("QuotaReserved", at, "QuotaReserved"), condition("Admitted", at, "Admitted"))
+    admitted["metadata"].update(
+        name=f"wl-other-{index}", uid=f"wl-uid-{index}", labels={JOB_UID_LABEL: f"other-{index}"}
+    )
+    admitted["spec"] = {"queueName": "default"}
+    admitted["status"]["admission"] = {"clusterQueue": "gpu-a"}
+    return admitted
+
+
+async def test_the_progress_line_estimates_the_start_from_the_admissions_the_shared_watch_saw(apiserver: Any) -> None:
+    """The Workload watch notes every admission of the namespace it lists or is told of (no request of its
+    own): three in the last 30 min put the next job about 10 min away; a fourth, 7.5 min."""
+    for index in range(3):
+        await apiserver.put(admitted_elsewhere(index, 300 + 600 * index), plural=WORKLOADS)
+    mine = workload(condition("QuotaReserved", START, "Pending", QUOTA_MESSAGE, status="False"))
+    mine["spec"] = {"queueName": "default"}
+    await apiserver.put(queued_job(HELD))
+    await apiserver.put(mine, plural=WORKLOADS)
+
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(run_once(make_trigger(apiserver)))
+        await until(lambda: any("estimated start" in str(entry["event"]) for entry in logs))
+        await apiserver.put(admitted_elsewhere(3, 60), plural=WORKLOADS)  # a watch event nobody waits for
+        moved = workload(condition("QuotaReserved", START, "Pending", f"{QUOTA_MESSAGE} (again)", status="False"))
+        moved["spec"] = {"queueName": "default"}
+        await apiserver.put(moved, plural=WORKLOADS)  # wakes the trigger
+        await until(lambda: any("4 admissions" in str(entry["event"]) for entry in logs))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    lines = [str(entry["event"]) for entry in logs if "estimated start" in str(entry["event"])]
+    assert lines[0].endswith(
+        "(1 in its ClusterQueue); estimated start: position 1 in ClusterQueue gpu-a; 3 admissions there in the "
+        "last 30 min, about one every 10 min: about 10 min"
+    )
+    assert lines[-1].endswith("4 admissions there in the last 30 min, about one every 8 min: about 8 min")
+    assert workload_requests(apiserver) == ["list", "watch"]

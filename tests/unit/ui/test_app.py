@@ -7,6 +7,7 @@ import copy
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,80 @@ def test_the_page_shows_this_deployments_jobs_and_older_unlabelled_ones_never_an
 
     assert answer.status_code == 200, answer.text
     assert {row["name"] for row in answer.json()["jobs"]} == {"job-staging", "job-older"}
+
+
+def held_job(name: str, dag_id: str, uid: str) -> dict[str, Any]:
+    """A job Kueue holds in LocalQueue team-q (the queue label, suspended)."""
+    job = running_job(name, dag_id)
+    job["metadata"]["uid"] = uid
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-q"
+    job["status"] = {"conditions": [{"type": "Suspended", "status": "True", "reason": "PyTorchJobSuspended"}]}
+    return job
+
+
+def kueue_workload(name: str, job_uid: str, admitted_seconds_ago: float | None = None) -> dict[str, Any]:
+    workload: dict[str, Any] = {
+        "metadata": {"name": name, "uid": f"wl-{name}", "labels": {"kueue.x-k8s.io/job-uid": job_uid}},
+        "spec": {"queueName": "team-q"},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "message": f"token {SECRET}"}]},
+    }
+    if admitted_seconds_ago is not None:
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - admitted_seconds_ago))
+        workload["status"] = {
+            "admission": {"clusterQueue": "gpu-a"},
+            "conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": at}],
+        }
+    return workload
+
+
+def test_the_page_says_where_each_held_job_waits_and_when_it_may_start(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = fake_cluster(monkeypatch, [held_job("job-waits", "etl", "uid-w"), running_job("job-runs", "etl")])
+    workloads = [kueue_workload(f"done-{i}", f"uid-{i}", admitted_seconds_ago=300 + 600 * i) for i in range(3)]
+    workloads.append(kueue_workload("wl-waits", "uid-w"))
+    listed: list[str] = []
+    monkeypatch.setattr(state.hook, "list_workloads", lambda namespace: listed.append(namespace) or workloads)
+    summary = {
+        "items": [
+            {"metadata": {"name": "wl-ahead"}},
+            {"metadata": {"name": "wl-waits"}, "positionInLocalQueue": 1, "positionInClusterQueue": 1},
+        ]
+    }
+    monkeypatch.setattr(state.hook, "pending_workloads", lambda namespace, queue: summary)
+
+    client = client_for(monkeypatch, {"etl"}, ["etl"])
+    rows = {row["name"]: row for row in client.get("/api/jobs").json()["jobs"]}
+    client.get("/api/jobs")  # a second viewer: served from the cache
+
+    assert rows["job-runs"]["wait"] is None
+    assert rows["job-waits"]["wait"] == {
+        "position": 2,
+        "estimate_seconds": 1200.0,
+        "explanation": "position 2 in ClusterQueue gpu-a; 3 admissions there in the last 30 min, about one every "
+        "10 min: about 20 min",
+    }
+    assert listed == ["ml"]  # one LIST of the namespace's Workloads per ui_cache_seconds, for everyone
+    (cached,) = [entry for entry in state.kueue.jobs("ml", "workloads") if entry["metadata"]["name"] == "wl-waits"]
+    assert SECRET not in json.dumps(cached)  # the cache keeps no condition's message
+
+
+def test_the_visibility_get_of_the_ui_is_bounded_by_the_requests_budget(
+    settings: None, monkeypatch: pytest.MonkeyPatch, silent_server: int
+) -> None:
+    connect_to(monkeypatch, silent_server)
+    state = ui_app.cluster()
+    raised: list[BaseException] = []
+
+    def ask() -> None:
+        with state.budget.started(0.5):
+            try:
+                state.hook.pending_workloads("ml", "team-q")
+            except BaseException as error:
+                raised.append(error)
+
+    request = threading.Thread(target=ask, daemon=True)
+    request.start()
+    request.join(10)  # far beyond the budget: only an unbounded GET is still waiting
+    assert not request.is_alive(), "the UI's GET of Kueue's visibility API waits without a bound"
+    assert raised and isinstance(raised[0], ui_app.NoAnswer)
