@@ -49,6 +49,7 @@ from airflow_provider_disttrain.ownership.naming import (
 from airflow_provider_disttrain.pods.logs import leader_pods
 from airflow_provider_disttrain.ui import view
 from airflow_provider_disttrain.ui.bounded import DEFAULT_REQUEST_SECONDS, BoundedHook, Budget
+from airflow_provider_disttrain.ui.history import MetricHistory
 from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache, NoAnswer, SharedListStore
 from airflow_provider_disttrain.ui.masking import masker
 
@@ -102,6 +103,8 @@ class Cluster:
         self.cache = JobListCache(self._list, ttl=ttl, store=_shared_store("jobs"))
         # A job's pods and Warning events, for its tab: keyed by "<kind>/<name>", as short-lived.
         self.pods_and_events = JobListCache(self._pods_and_events, ttl=ttl, store=_shared_store("pods"))
+        # Each job's reported metrics over time (the tab's chart), fed by the jobs the requests read anyway.
+        self.history = MetricHistory()
 
     def _list(self, namespace: str, kind: str) -> list[dict[str, Any]]:
         try:
@@ -152,12 +155,15 @@ class Cluster:
 
     def jobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
         """The jobs of ``namespaces``, each LIST waited for at most what is left of the request's budget."""
-        return [
+        found = [
             job
             for ns in dict.fromkeys(namespaces)
             for kind in self.kinds
             for job in self.cache.jobs(ns, kind, wait=self.budget.left())
         ]
+        for job in found:
+            self.history.record(job)
+        return found
 
 
 _cluster_lock = threading.Lock()
@@ -269,6 +275,7 @@ def create_app() -> FastAPI:
             except Exception as error:
                 raise _cluster_error(error) from error
         detail = view.job_detail(job, now=time.time(), pods=found["pods"], events=found["events"], log=found["log"])
+        detail["chart"] = state.history.chart(job, found["pods"])
         return {"job": detail, "cluster_lists": state.cache.lists}
 
     @app.get("/api/jobs")
