@@ -255,3 +255,22 @@ def test_the_page_shows_this_deployments_jobs_and_older_unlabelled_ones_never_an
 
     assert answer.status_code == 200, answer.text
     assert {row["name"] for row in answer.json()["jobs"]} == {"job-staging", "job-older"}
+
+
+def test_every_read_of_the_jobs_adds_the_trainers_new_report_to_the_chart(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__DISTTRAIN__UI_CACHE_SECONDS", "0.001")
+    job = yaml.safe_load((STATUS / "trainjob-running-progress.yaml").read_text())
+    job["metadata"].update(namespace="ml", labels=task_instance_labels("etl", "train", "r1", -1, 1))
+    state = fake_cluster(monkeypatch, [job])
+    losses = []
+    for second, loss in ((10, "0.9"), (20, "0.7"), (30, "0.5")):
+        job["status"]["trainerStatus"].update(
+            lastUpdatedTime=f"2026-12-02T07:40:{second}Z", metrics=[{"name": "loss", "value": loss}]
+        )
+        wait_for_new_list = state.cache.lists
+        while state.cache.lists == wait_for_new_list:  # the LIST of at most 1 ms ago is served until then
+            (read,) = state.jobs(["ml"])
+        losses = [point["values"]["loss"] for point in state.history.chart(read)["points"]]
+    assert losses == [0.9, 0.7, 0.5]

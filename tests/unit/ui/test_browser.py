@@ -74,7 +74,8 @@ PAGE = {
     "gpus_per_queue": {},
     "totals": [{"namespace": "ml", "queue": "gpu", "gpu_seconds": 81000.0, "jobs": 15}],
 }
-HOST = '<!doctype html><html class="{mode}"><body><iframe src="/disttrain/jobs" width="1200" height="800"></iframe></body></html>'
+# Airflow's window framing the page, its colour mode the class of its <html> (next-themes).
+HOST = '<html class="{mode}"><body><iframe src="/disttrain/jobs" width="1200" height="800"></iframe></body></html>'
 
 
 def chromium() -> str:
