@@ -32,7 +32,7 @@ JOB = {
     "kind": "TrainJob",
     "namespace": "ml",
     "name": "bert",
-    "state": "succeeded",  # finished: the tab asks once
+    "state": "succeeded",  # finished: the tab stops asking after a few reads
     "queue": "gpu",
     "gpus_held": 0,
     "queued_seconds": 12,

@@ -135,30 +135,38 @@ def test_the_jobs_page_shows_gpu_hours_the_totals_and_the_wait():
     assert re.search(r'data-field="gpu-hours">3\.00</td><td class="number">3<', shown["totals"])
 
 
+TAB_JOB = {
+    "kind": "TrainJob",
+    "namespace": "ml",
+    "name": "a",
+    "state": "queued",
+    "queue": "q",
+    "gpus_held": 0,
+    "queued_seconds": 30,
+    "running_seconds": None,
+    "progress": "p",
+    "waiting": None,
+    "failure": None,
+    "timeline": [],
+    "conditions": [],
+    "log": None,
+    "replicas": [],
+    "pods": [],
+    "events": [],
+    "usage": {"gpus": 4, "gpu_seconds": 5400.0, "running_seconds": 1350.0, "queued_seconds": 30.0},
+    "wait": {"position": 3, "estimate_seconds": 120.0, "explanation": "from 5 admissions in 10 min"},
+    "chart": {"points": POINTS, "source": "the trainer's reports"},
+}
+
+
+def test_the_tab_reads_a_finished_job_twice_more_then_stops():
+    # Its pods (the leader's final metrics) may come from a cache older than the job's own LIST.
+    assert run("task_instance.html", {"job": {**TAB_JOB, "state": "succeeded"}}, ticks=10)["requests"] == 3
+    assert run("task_instance.html", {"job": TAB_JOB}, ticks=10)["requests"] == 11
+
+
 def test_the_tab_shows_gpu_hours_the_wait_and_the_chart():
-    job = {
-        "kind": "TrainJob",
-        "namespace": "ml",
-        "name": "a",
-        "state": "queued",
-        "queue": "q",
-        "gpus_held": 0,
-        "queued_seconds": 30,
-        "running_seconds": None,
-        "progress": "p",
-        "waiting": None,
-        "failure": None,
-        "timeline": [],
-        "conditions": [],
-        "log": None,
-        "replicas": [],
-        "pods": [],
-        "events": [],
-        "usage": {"gpus": 4, "gpu_seconds": 5400.0, "running_seconds": 1350.0, "queued_seconds": 30.0},
-        "wait": {"position": 3, "estimate_seconds": 120.0, "explanation": "from 5 admissions in 10 min"},
-        "chart": {"points": POINTS, "source": "the trainer's reports"},
-    }
-    shown = run("task_instance.html", {"job": job})["content"]
+    shown = run("task_instance.html", {"job": TAB_JOB})["content"]
     assert 'data-testid="gpu-hours">1.50<' in shown and "4 GPU(s)" in shown
     assert "position 3, starts in about 2 min 0 s" in shown and "from 5 admissions in 10 min" in shown
     assert shown.count('class="chart-point"') == 5
