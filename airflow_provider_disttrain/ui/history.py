@@ -13,6 +13,7 @@ points it has and where they come from).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -39,7 +40,8 @@ def _numbers(values: Iterable[tuple[str, Any]]) -> dict[str, float]:
     numbers: dict[str, float] = {}
     for name, value in values:
         number = metric_value(value) if isinstance(value, str) else value
-        if isinstance(number, int | float) and not isinstance(number, bool) and number == number:
+        # Finite only: a termination message's JSON may say Infinity or NaN, which JSON answers cannot carry.
+        if isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number):
             numbers[str(name)] = float(number)
         if len(numbers) == MAX_METRICS:
             break

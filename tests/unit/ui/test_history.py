@@ -72,7 +72,12 @@ def test_a_job_without_a_trainer_status_charts_the_leaders_final_metrics():
     state = {"reason": "Completed", "exitCode": 0, "startedAt": RUNNING_AT, "finishedAt": END}
     pods = [
         make_pod("j", "worker", 0, terminated={**state, "message": '{"loss": 9}'}),
-        make_pod("j", "master", 0, terminated={**state, "message": '{"loss": 0.2, "accuracy": 0.93, "run": "x"}'}),
+        make_pod(
+            "j",
+            "master",
+            0,
+            terminated={**state, "message": '{"loss": 0.2, "accuracy": 0.93, "run": "x", "grad": Infinity}'},
+        ),
     ]
     history = MetricHistory()
     history.record(job)
