@@ -51,6 +51,7 @@ from airflow_provider_disttrain.ownership.naming import (
 from airflow_provider_disttrain.pods.logs import leader_pods
 from airflow_provider_disttrain.ui import view, waits
 from airflow_provider_disttrain.ui.bounded import DEFAULT_REQUEST_SECONDS, BoundedHook, Budget
+from airflow_provider_disttrain.ui.history import MetricHistory
 from airflow_provider_disttrain.ui.listing import DEFAULT_TTL_SECONDS, JobListCache, NoAnswer, SharedListStore
 from airflow_provider_disttrain.ui.masking import masker
 
@@ -106,6 +107,8 @@ class Cluster:
         self.pods_and_events = JobListCache(self._pods_and_events, ttl=ttl, store=_shared_store("pods"))
         # Kueue's Workloads ("workloads") and a LocalQueue's pending ones ("pending/<queue>"), for the waits.
         self.kueue = JobListCache(self._kueue, ttl=ttl, store=_shared_store("kueue"))
+        # Each job's reported metrics over time (the tab's chart), fed by the jobs the requests read anyway.
+        self.history = MetricHistory()
 
     def _list(self, namespace: str, kind: str) -> list[dict[str, Any]]:
         try:
@@ -182,12 +185,15 @@ class Cluster:
 
     def jobs(self, namespaces: list[str]) -> list[dict[str, Any]]:
         """The jobs of ``namespaces``, each LIST waited for at most what is left of the request's budget."""
-        return [
+        found = [
             job
             for ns in dict.fromkeys(namespaces)
             for kind in self.kinds
             for job in self.cache.jobs(ns, kind, wait=self.budget.left())
         ]
+        for job in found:
+            self.history.record(job)
+        return found
 
 
 _cluster_lock = threading.Lock()
@@ -300,6 +306,7 @@ def create_app() -> FastAPI:
                 raise _cluster_error(error) from error
             wait = state.waits([job]).get(waits.key_of(job))
         detail = view.job_detail(job, now=time.time(), pods=found["pods"], events=found["events"], log=found["log"])
+        detail["chart"] = state.history.chart(job, found["pods"])
         return {"job": {**detail, "wait": wait}, "cluster_lists": state.cache.lists}
 
     @app.get("/api/jobs")

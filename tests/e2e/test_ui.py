@@ -149,18 +149,48 @@ def test_the_tab_follows_the_job_in_a_browser_and_the_page_lists_it(
         assert tab.get_by_role("link", name="The task's full log").count() == 1
         page.screenshot(path=str(SCREENSHOTS / "training-job-tab.png"))
         succeeded = when("succeeded", "succeeded", "1")
+        # The chart draws the job's metrics: those of the task's result (the leader's termination message).
+        airflow.wait_for_state(FANOUT, run_id, "train", {"success"}, timeout=120, map_index=0)
+        result = airflow.xcom(FANOUT, run_id, "train", map_index=0)
+        tab.get_by_test_id("chart").wait_for(timeout=30_000)
+        drawn = tab.locator("figure[data-metric] circle").evaluate_all(
+            "circles => circles.map(c => [c.closest('figure').dataset.metric, Number(c.dataset.value)])"
+        )
+        assert result["metrics"] and dict(drawn) == {
+            name: value for name, value in result["metrics"].items() if isinstance(value, int | float)
+        }
+        page.screenshot(path=str(SCREENSHOTS / "training-job-tab-chart.png"))
         # The progress line read from the page changed with the job: suspended, running, succeeded.
         assert held.startswith("suspended") and running.startswith("running") and "Worker: 1 active" in running
         assert succeeded.startswith("succeeded") and "Worker: 1 succeeded" in succeeded
 
         page.goto(f"{airflow.url}/plugin/training-jobs")
         jobs = page.frame_locator("iframe")
+        jobs.get_by_test_id("jobs").wait_for(timeout=60_000)
+        page.screenshot(path=str(SCREENSHOTS / "training-jobs-page.png"))
+        # Sorted by GPU-hours, descending (two clicks on the header): the README's screenshot of the page.
+        header = jobs.locator('th[data-sort="gpu_seconds"]')
+        header.click()
+        header.click()
+        assert header.get_attribute("aria-sort") == "descending"
+        page.screenshot(path=str(SCREENSHOTS / "training-jobs-page-sorted.png"))
+        # Other tests' jobs may fill more than a page: the filter finds this one.
+        jobs.locator("#filter-text").fill(job_name)
         row = jobs.locator(f'[data-job="{job_name}"]')
         row.wait_for(timeout=60_000)
         assert row.get_by_test_id("state").inner_text() == "succeeded"
         link = row.get_by_role("link")
         assert link.get_attribute("href") == f"/dags/{FANOUT}/runs/{quote(run_id, safe='')}/tasks/train/mapped/0"
-        page.screenshot(path=str(SCREENSHOTS / "training-jobs-page.png"))
+        # Airflow's dark mode reaches the framed page (its colour mode is the class of Airflow's <html>).
+        page.evaluate(
+            "document.documentElement.classList.remove('light'); document.documentElement.classList.add('dark')"
+        )
+        wait_until(
+            lambda: jobs.locator("html").get_attribute("data-theme") == "dark",
+            10,
+            "the page to follow Airflow's dark mode",
+        )
+        page.screenshot(path=str(SCREENSHOTS / "training-jobs-page-dark.png"))
         link.click()  # opens the task instance in the whole window, not in the page's frame
         page.wait_for_url(lambda url: "/tasks/train/mapped/0" in url, timeout=30_000)
         browser.close()

@@ -65,3 +65,38 @@ function framingRegion() {
   const regionId = params.get("region_id"), regionIndex = params.get("region_index");
   return regionId && /^\d+$/.test(regionIndex || "") ? {regionId, regionIndex} : null;
 }
+
+function gpuHours(gpuSeconds) {
+  return typeof gpuSeconds === "number" ? (gpuSeconds / 3600).toFixed(2) : "";
+}
+
+// A queued job's wait ({position, estimate_seconds, explanation}), as one short line.
+function waitText(wait) {
+  if (!wait) return "";
+  const position = wait.position !== null && wait.position !== undefined ? `position ${wait.position}` : "position unknown";
+  const estimate = typeof wait.estimate_seconds === "number" ? `starts in about ${seconds(wait.estimate_seconds)}` : "no estimate";
+  return `${position}, ${estimate}`;
+}
+
+// Airflow 3's UI keeps its colour mode as the class "light" or "dark" of its <html> (next-themes), and
+// frames these pages same-origin: follow that class (and its changes), else the system's preference.
+function airflowColorMode() {
+  try {
+    if (window.top === window) return null;
+    const classes = window.top.document.documentElement.classList;
+    return classes.contains("dark") ? "dark" : classes.contains("light") ? "light" : null;
+  } catch (error) {
+    return null;  // framed by another origin
+  }
+}
+
+function followTheme() {
+  const root = document.documentElement;
+  if (!root) return;
+  const system = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+  const apply = () => { root.dataset.theme = airflowColorMode() || (system && system.matches ? "dark" : "light"); };
+  apply();
+  if (system && system.addEventListener) system.addEventListener("change", apply);
+  if (airflowColorMode()) new MutationObserver(apply).observe(window.top.document.documentElement, { attributes: true, attributeFilter: ["class"] });
+}
+followTheme();

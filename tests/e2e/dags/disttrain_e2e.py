@@ -61,7 +61,8 @@ def fanout() -> None:
         job_manifest=HELD,
         # One pod per job: 100 jobs fit the local cluster's 220 pod slots next to other tests' pods.
         pytorch_options=PyTorchOptions(with_master=False),
-        annotations={RUN_SECONDS: "{{ dag_run.conf.get('run_seconds', 5) }}"},
+        # The leader's metrics (its termination message): the UI's browser test charts them.
+        annotations={RUN_SECONDS: "{{ dag_run.conf.get('run_seconds', 5) }}", TERMINATION_MESSAGE: ASSET_TRAIN_METRICS},
         **COMMON,
     ).expand(args=shards())
 

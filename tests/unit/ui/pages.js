@@ -29,7 +29,10 @@ const context = {
   console,
 };
 vm.createContext(context);
-vm.runInContext(fs.readFileSync(path.join(statics, "common.js"), "utf8"), context);
+// The page's own scripts (common.js, chart.js, table.js), then its inline one.
+for (const [, src] of html.matchAll(/<script src="([^"]+)"><\/script>/g)) {
+  vm.runInContext(fs.readFileSync(path.join(statics, path.basename(src)), "utf8"), context);
+}
 for (const [, script] of html.matchAll(/<script>([\s\S]*?)<\/script>/g)) vm.runInContext(script, context);
 (async () => {
   for (let tick = 0; tick < Number(ticks); tick += 1) {
@@ -38,5 +41,5 @@ for (const [, script] of html.matchAll(/<script>([\s\S]*?)<\/script>/g)) vm.runI
     due.forEach((callback) => callback());
   }
   await new Promise((resolve) => setImmediate(resolve));
-  process.stdout.write(JSON.stringify({ requests, content: element("content").innerHTML }));
+  process.stdout.write(JSON.stringify({ requests, content: element("content").innerHTML, totals: element("totals").innerHTML }));
 })();

@@ -333,3 +333,22 @@ def test_the_visibility_get_of_the_ui_is_bounded_by_the_requests_budget(
     request.join(10)  # far beyond the budget: only an unbounded GET is still waiting
     assert not request.is_alive(), "the UI's GET of Kueue's visibility API waits without a bound"
     assert raised and isinstance(raised[0], ui_app.NoAnswer)
+
+
+def test_every_read_of_the_jobs_adds_the_trainers_new_report_to_the_chart(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__DISTTRAIN__UI_CACHE_SECONDS", "0.001")
+    job = yaml.safe_load((STATUS / "trainjob-running-progress.yaml").read_text())
+    job["metadata"].update(namespace="ml", labels=task_instance_labels("etl", "train", "r1", -1, 1))
+    state = fake_cluster(monkeypatch, [job])
+    losses = []
+    for second, loss in ((10, "0.9"), (20, "0.7"), (30, "0.5")):
+        job["status"]["trainerStatus"].update(
+            lastUpdatedTime=f"2026-12-02T07:40:{second}Z", metrics=[{"name": "loss", "value": loss}]
+        )
+        wait_for_new_list = state.cache.lists
+        while state.cache.lists == wait_for_new_list:  # the LIST of at most 1 ms ago is served until then
+            (read,) = state.jobs(["ml"])
+        losses = [point["values"]["loss"] for point in state.history.chart(read)["points"]]
+    assert losses == [0.9, 0.7, 0.5]
