@@ -19,8 +19,10 @@ T0=$SECONDS
 kc_manager get --raw /readyz >/dev/null 2>&1 || die "the manager cluster is not up (run: make cluster-up-multikueue)"
 apiserver_ready || die "the worker cluster is not up (run: make cluster-up-multikueue)"
 
-gone_on_worker() { [ -z "$(kc -n "$NS" get pytorchjob "$1" --ignore-not-found -o name)" ]; }
-gone_on_both() { [ -z "$(kc_manager -n "$NS" get pytorchjob "$1" --ignore-not-found -o name)" ] && gone_on_worker "$1"; }
+# none KUBECTL ARGS...: the listing succeeds and is empty (a failing kubectl proves nothing gone)
+none() { local out; out="$("$@")" || return 1; [ -z "$out" ]; }
+gone_on_worker() { none kc -n "$NS" get pytorchjob "$1" --ignore-not-found -o name; }
+gone_on_both() { none kc_manager -n "$NS" get pytorchjob "$1" --ignore-not-found -o name && gone_on_worker "$1"; }
 cleanup() {
   kc_manager -n "$NS" delete pytorchjob "$JOB" "$KILLED" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   kc -n "$NS" delete pytorchjob "$JOB" "$KILLED" --ignore-not-found --wait=false >/dev/null 2>&1 || true
@@ -82,7 +84,7 @@ pods_running_on_worker() {
   pods="$(kc -n "$NS" get pods -l "training.kubeflow.org/job-name=$1" -o jsonpath='{range .items[*]}{.spec.nodeName} {.status.phase}{"\n"}{end}')"
   [ "$(grep -c '^kwok-node-[0-9]* Running$' <<<"$pods")" -eq 2 ]
 }
-no_pods_on_manager() { [ -z "$(kc_manager -n "$NS" get pods -l "training.kubeflow.org/job-name=$1" -o name)" ]; }
+no_pods_on_manager() { none kc_manager -n "$NS" get pods -l "training.kubeflow.org/job-name=$1" -o name; }
 
 check "the manager's Workload of $JOB names cluster $MULTIKUEUE_CLUSTER (status.clusterName)" until_ok "$secs" dispatched "$JOB"
 check "its 2 pods run on the worker's kwok nodes" until_ok "$secs" pods_running_on_worker "$JOB"
