@@ -127,11 +127,15 @@ render_webhooks() {
   webhooks_of "$TO_DIR/manifests/base/webhook" "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" \
     "$PKI_DIR/training-operator-webhook/ca.crt" || return 1
   echo ---
-  webhooks_of "$JOBSET_DIR/config/components/webhook" "$DEVCLUSTER_JOBSET_WEBHOOK_PORT" "$PKI_DIR/ca.crt" \
-    --prefix jobset- || return 1
-  echo ---
-  webhooks_of "$TRAINER_DIR/manifests/base/webhook" "$DEVCLUSTER_TRAINER_WEBHOOK_PORT" "$PKI_DIR/ca.crt" || return 1
-  echo ---
+  if has_process jobset; then
+    webhooks_of "$JOBSET_DIR/config/components/webhook" "$DEVCLUSTER_JOBSET_WEBHOOK_PORT" "$PKI_DIR/ca.crt" \
+      --prefix jobset- || return 1
+    echo ---
+  fi
+  if has_process trainer; then
+    webhooks_of "$TRAINER_DIR/manifests/base/webhook" "$DEVCLUSTER_TRAINER_WEBHOOK_PORT" "$PKI_DIR/ca.crt" || return 1
+    echo ---
+  fi
   # Kueue's only for its own kinds and the integrations enabled above: a webhook
   # for a path it does not serve would reject every such object.
   webhooks_of "$KUEUE_DIR/config/components/webhook" "$DEVCLUSTER_KUEUE_WEBHOOK_PORT" "$PKI_DIR/ca.crt" \
@@ -153,6 +157,23 @@ metadata:
   name: $KUEUE_CLUSTER_QUEUE
 spec:
   namespaceSelector: {}
+EOF
+  kwok_quota
+  local ns
+  for ns in "${KUEUE_LOCAL_QUEUE_NAMESPACES[@]}"; do local_queue "$ns" "$KUEUE_LOCAL_QUEUE" "$KUEUE_CLUSTER_QUEUE"; done
+  # On the worker, the LocalQueue a dispatched job names (MultiKueue creates the job in the same
+  # namespace and with the same queue label as on the manager), in the worker's one ClusterQueue.
+  if [ "$DEVCLUSTER_ROLE" = worker ]; then
+    for ns in "${MULTIKUEUE_NAMESPACES[@]}"; do
+      printf -- '---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n' "$ns"
+      local_queue "$ns" "$MULTIKUEUE_QUEUE" "$KUEUE_CLUSTER_QUEUE"
+    done
+  fi
+}
+
+# Prints a ClusterQueue's spec.resourceGroups: the kwok nodes' cpu, memory and 16 GPUs, one flavor.
+kwok_quota() {
+  cat <<EOF
   resourceGroups:
   - coveredResources: [cpu, memory, nvidia.com/gpu]
     flavors:
@@ -165,17 +186,80 @@ spec:
       - name: nvidia.com/gpu
         nominalQuota: "16"
 EOF
-  local ns
-  for ns in "${KUEUE_LOCAL_QUEUE_NAMESPACES[@]}"; do
-    cat <<EOF
+}
+
+# local_queue NAMESPACE NAME CLUSTERQUEUE: prints a LocalQueue (after a document separator)
+local_queue() {
+  cat <<EOF
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata:
-  name: $KUEUE_LOCAL_QUEUE
-  namespace: $ns
+  name: $2
+  namespace: $1
 spec:
-  clusterQueue: $KUEUE_CLUSTER_QUEUE
+  clusterQueue: $3
 EOF
+}
+
+# Prints the manager's side of MultiKueue (run with DEVCLUSTER_ROLE=worker): the worker's kubeconfig
+# (pki.sh's multikueue identity, inline certs as Kueue requires) in a Secret of Kueue's namespace, the
+# MultiKueueCluster naming it, a MultiKueueConfig with that one cluster, the AdmissionCheck of Kueue's
+# MultiKueue controller, and a ClusterQueue with the worker's quota (kwok's 16 GPUs) whose every
+# Workload goes through that check: admitted on the manager, it is dispatched to the worker, whose own
+# Kueue admits it again in its ClusterQueue. LocalQueues in MULTIKUEUE_NAMESPACES (created here too).
+render_multikueue_manager() {
+  cat <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: $MULTIKUEUE_CLUSTER-kubeconfig
+  namespace: kueue-system
+data:
+  kubeconfig: $(base64 -w0 <"$PKI_DIR/multikueue.kubeconfig")
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: MultiKueueCluster
+metadata:
+  name: $MULTIKUEUE_CLUSTER
+spec:
+  clusterSource:
+    kubeConfig:
+      locationType: Secret
+      location: $MULTIKUEUE_CLUSTER-kubeconfig
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: MultiKueueConfig
+metadata:
+  name: $MULTIKUEUE_QUEUE
+spec:
+  clusters: [$MULTIKUEUE_CLUSTER]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata:
+  name: $MULTIKUEUE_QUEUE
+spec:
+  controllerName: kueue.x-k8s.io/multikueue
+  parameters:
+    apiGroup: kueue.x-k8s.io
+    kind: MultiKueueConfig
+    name: $MULTIKUEUE_QUEUE
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: $MULTIKUEUE_QUEUE
+spec:
+  namespaceSelector: {}
+  admissionChecksStrategy:
+    admissionChecks:
+    - name: $MULTIKUEUE_QUEUE
+EOF
+  kwok_quota
+  local ns
+  for ns in "${MULTIKUEUE_NAMESPACES[@]}"; do
+    printf -- '---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n' "$ns"
+    local_queue "$ns" "$MULTIKUEUE_QUEUE" "$MULTIKUEUE_QUEUE"
   done
 }

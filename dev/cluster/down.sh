@@ -6,6 +6,12 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 stopped=0
+if [ "$DEVCLUSTER_ROLE" = worker ]; then
+  # The manager's MultiKueueCluster goes first: its Kueue stops dispatching here (the ClusterQueue turns
+  # inactive and holds new jobs) and, given a new one by the next cluster-up, connects at once instead
+  # of after the backoff of its failed reconnections (up to minutes).
+  kc_manager delete multikueuecluster "$MULTIKUEUE_CLUSTER" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+fi
 # stop_group NAME... : SIGTERM to each, wait up to 15 s, then SIGKILL
 stop_group() {
   local name pid pids=() names=()
@@ -43,6 +49,11 @@ done
 stop_group kueue trainer issuer-proxy jobset mpi-operator training-operator node-runner kwok kube-scheduler kube-controller-manager
 stop_group kube-apiserver
 stop_group etcd
+if [ "$DEVCLUSTER_ROLE" = worker ]; then
+  # The token, the bridge and the routes below are the manager's, which may still run.
+  log "worker down ($stopped process(es) stopped)"
+  exit 0
+fi
 rm -f "$TRAINER_ISSUER_TOKEN"
 # The executing node's network: its pods' namespaces (gone with the runner, unless it was killed),
 # the bridge, and the unreachable routes.

@@ -12,6 +12,24 @@ BIN_CACHE="$DISTTRAIN_CACHE/bin"
 DEVCLUSTER_DIR="${DEVCLUSTER_DIR:-$REPO_ROOT/.devcluster}"
 mkdir -p "$DEVCLUSTER_DIR" 2>/dev/null || true
 DEVCLUSTER_DIR="$(cd "$DEVCLUSTER_DIR" && pwd)"
+# The cluster these scripts act on: "manager" (the default: the one cluster of every run) or "worker",
+# a second, smaller cluster to which the manager's Kueue dispatches jobs through MultiKueue ("Two
+# clusters" in dev/cluster/README.md). The worker lives in a directory of its own and on the manager's
+# ports shifted by DEVCLUSTER_WORKER_PORT_OFFSET; the manager's directory stays reachable as MANAGER_DIR.
+# The worker's settings are resolved once and exported (DEVCLUSTER_MANAGER_DIR marks it), so that the
+# scripts a worker's script runs (pki.sh, down.sh) see the same directory and ports.
+DEVCLUSTER_ROLE="${DEVCLUSTER_ROLE:-manager}"
+_resolve_worker=0
+if [ "$DEVCLUSTER_ROLE" = worker ] && [ -z "${DEVCLUSTER_MANAGER_DIR:-}" ]; then
+  _resolve_worker=1
+  export DEVCLUSTER_ROLE DEVCLUSTER_MANAGER_DIR="$DEVCLUSTER_DIR"
+  DEVCLUSTER_DIR="${DEVCLUSTER_WORKER_DIR:-$DEVCLUSTER_MANAGER_DIR/worker}"
+  mkdir -p "$DEVCLUSTER_DIR" 2>/dev/null || true
+  export DEVCLUSTER_DIR="$(cd "$DEVCLUSTER_DIR" && pwd)"
+elif [ "$DEVCLUSTER_ROLE" != manager ] && [ "$DEVCLUSTER_ROLE" != worker ]; then
+  printf 'ERROR: DEVCLUSTER_ROLE must be manager or worker, not %s\n' "$DEVCLUSTER_ROLE" >&2; exit 1
+fi
+MANAGER_DIR="${DEVCLUSTER_MANAGER_DIR:-$DEVCLUSTER_DIR}"
 PID_DIR="$DEVCLUSTER_DIR/pids"
 LOG_DIR="$DEVCLUSTER_DIR/logs"
 PKI_DIR="$DEVCLUSTER_DIR/pki"
@@ -48,8 +66,26 @@ DEVCLUSTER_KUEUE_WEBHOOK_PORT="${DEVCLUSTER_KUEUE_WEBHOOK_PORT:-19446}"
 # Kueue's visibility API server (pending Workloads and their queue positions), on loopback: reached
 # directly, not through the API server (see controllers.sh).
 DEVCLUSTER_KUEUE_VISIBILITY_PORT="${DEVCLUSTER_KUEUE_VISIBILITY_PORT:-18085}"
-# mpi-operator's health server always listens on :8080 (not configurable).
+# mpi-operator's health server always listens on :8080 (not configurable: v0.8.2's
+# cmd/mpi-operator/app/server.go has `healthCheckPort = 8080` and exits if it cannot bind it), which
+# is why the worker cluster runs no mpi-operator.
 MPI_OPERATOR_HEALTH_PORT=8080
+if [ "$_resolve_worker" = 1 ]; then
+  # Every DEVCLUSTER_*_PORT above (the manager's, default or overridden) plus the offset.
+  export DEVCLUSTER_MANAGER_APISERVER_PORT="$DEVCLUSTER_APISERVER_PORT"
+  for _port_var in $(compgen -v DEVCLUSTER_ | grep '_PORT$' | grep -v '^DEVCLUSTER_MANAGER_'); do
+    printf -v "$_port_var" '%s' "$((${!_port_var} + ${DEVCLUSTER_WORKER_PORT_OFFSET:-100}))"
+    export "${_port_var?}"
+  done
+  unset _port_var
+fi
+MANAGER_APISERVER_PORT="${DEVCLUSTER_MANAGER_APISERVER_PORT:-$DEVCLUSTER_APISERVER_PORT}"
+# The name of the worker cluster on the manager (its MultiKueueCluster), the ClusterQueue, LocalQueue
+# and AdmissionCheck that dispatch to it, and the namespaces given that LocalQueue on both clusters
+# (a job's namespace and LocalQueue must exist on the worker too; MultiKueue creates neither).
+MULTIKUEUE_CLUSTER="${DEVCLUSTER_WORKER_NAME:-disttrain-worker}"
+MULTIKUEUE_QUEUE=multikueue
+MULTIKUEUE_NAMESPACES=(multikueue)
 
 # component name -> version
 component_version() {
@@ -95,6 +131,15 @@ die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok node-runner training-operator mpi-operator jobset issuer-proxy trainer kueue)
 # kwok's two nodes and the executing node (dev/cluster/noderunner)
 NODE_COUNT=3
+if [ "$DEVCLUSTER_ROLE" = worker ]; then
+  # What MultiKueue dispatches PyTorchJobs to: kwok's two nodes, training-operator, Kueue. No executing
+  # node (its bridge and pod range are the machine's, taken by the manager), no mpi-operator (port 8080),
+  # no JobSet or Trainer (a TrainJob is not dispatched here yet).
+  PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok training-operator kueue)
+  NODE_COUNT=2
+fi
+# has_process NAME: whether this cluster's role runs NAME
+has_process() { [[ " ${PROCESSES[*]} " == *" $1 "* ]]; }
 EXEC_NODE=disttrain-exec-0
 # The executing node's pod range (a host bridge, dtbr0), and what must never leave the machine: the
 # Service range (no kube-proxy: a ClusterIP leads nowhere), kwok's simulated pod addresses (kwok's
@@ -104,6 +149,8 @@ SERVICE_CIDR=10.96.0.0/16
 UNREACHABLE_CIDRS=("$SERVICE_CIDR" 10.0.0.0/24 10.244.0.0/16)
 
 kc() { "$(component_bin kubectl)" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+# kubectl on the manager cluster (the same as kc unless DEVCLUSTER_ROLE=worker)
+kc_manager() { "$(component_bin kubectl)" --kubeconfig "$MANAGER_DIR/kubeconfig" --request-timeout 10s "$@"; }
 
 # Prints the pid of a running process that up.sh started, or fails.
 running_pid() {
@@ -127,10 +174,19 @@ port_in_use() {
 # Trainer and Kueue report ready only once their webhook server serves).
 controller_ready_urls() {
   echo "http://127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT/readyz"
-  echo "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"
-  echo "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"
-  echo "http://127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT/readyz"
+  if has_process mpi-operator; then echo "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"; fi
+  if has_process jobset; then echo "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"; fi
+  if has_process trainer; then echo "http://127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT/readyz"; fi
   echo "http://127.0.0.1:$DEVCLUSTER_KUEUE_HEALTH_PORT/readyz"
+}
+
+# install_files DIR FILE...: copies each FILE into DIR unless an identical copy is there. The fixed
+# paths (training-operator's and Kueue's cert dirs) are shared by both clusters: the worker's certs are
+# the manager's (pki.sh), so it finds them in place and rewrites nothing a running manager watches.
+install_files() {
+  local dir="$1" f; shift
+  mkdir -p "$dir" || return 1
+  for f in "$@"; do cmp -s "$f" "$dir/$(basename "$f")" || cp "$f" "$dir/" || return 1; done
 }
 
 controllers_ready() {

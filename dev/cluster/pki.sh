@@ -11,6 +11,18 @@ cd "$PKI_DIR"
 
 DAYS=3650
 
+if [ "$DEVCLUSTER_ROLE" = worker ]; then
+  # The worker shares the manager's CA and the two serving certs that up.sh copies to fixed paths of the
+  # machine (training-operator's and Kueue's cert dirs, read by both clusters' controllers): so the
+  # copies are identical and neither cluster overwrites what the other's controllers serve.
+  [ -f "$MANAGER_DIR/pki/ca.key" ] || die "the manager's PKI ($MANAGER_DIR/pki) is missing: start the manager first"
+  if ! cmp -s "$MANAGER_DIR/pki/ca.crt" ca.crt; then
+    find . -mindepth 1 -delete   # certs of another CA: start over
+    cp -r "$MANAGER_DIR/pki/ca.crt" "$MANAGER_DIR/pki/ca.key" "$MANAGER_DIR/pki/webhook-serving.crt" \
+      "$MANAGER_DIR/pki/webhook-serving.key" "$MANAGER_DIR/pki/training-operator-webhook" .
+  fi
+fi
+
 if [ ! -f ca.crt ] || [ ! -f ca.key ]; then
   openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days "$DAYS" \
     -subj "/CN=disttrain-devcluster-ca" >/dev/null 2>&1
@@ -66,6 +78,9 @@ issue kwok-kubelet "/CN=kwok-kubelet" "DNS:localhost,IP:127.0.0.1"
 # The executing node's runner (dev/cluster/noderunner): full rights like kwok, and its kubelet endpoint.
 issue node-runner "/O=system:masters/CN=disttrain-node-runner"
 issue node-runner-kubelet "/CN=disttrain-exec-0" "DNS:localhost,IP:127.0.0.1"
+
+# The manager's Kueue acts on the worker with this identity (its MultiKueueCluster's kubeconfig).
+if [ "$DEVCLUSTER_ROLE" = worker ]; then issue multikueue "/O=system:masters/CN=multikueue-manager"; fi
 
 if [ ! -f sa.key ]; then
   openssl genrsa -out sa.key 2048 >/dev/null 2>&1
@@ -124,5 +139,6 @@ EOF
 for u in kube-controller-manager kube-scheduler kwok training-operator mpi-operator jobset trainer kueue; do
   write_kubeconfig "$u" "$u.kubeconfig"
 done
+if [ "$DEVCLUSTER_ROLE" = worker ]; then write_kubeconfig multikueue multikueue.kubeconfig; fi
 write_kubeconfig admin "$KUBECONFIG_FILE"
 chmod 600 "$KUBECONFIG_FILE" ./*.key ./*.kubeconfig

@@ -9,6 +9,8 @@
 # Idempotent: if the cluster is already up and healthy it says so and exits 0.
 # State: $DEVCLUSTER_DIR (default <repo>/.devcluster): kubeconfig, pids/, logs/, pki/.
 # etcd data is wiped on every fresh start (DEVCLUSTER_KEEP_DATA=1 keeps it).
+# DEVCLUSTER_ROLE=worker starts the second cluster of "Two clusters" in dev/cluster/README.md instead
+# (fewer processes, see lib.sh) and configures MultiKueue on the running manager to dispatch to it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -24,6 +26,10 @@ if [ ${#alive[@]} -eq ${#PROCESSES[@]} ] && apiserver_ready \
    && [ "$(kc get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge "$NODE_COUNT" ] \
    && controllers_ready; then
   log "cluster already up and healthy (KUBECONFIG=$KUBECONFIG_FILE)"
+  if [ "$DEVCLUSTER_ROLE" = worker ]; then
+    # The manager may have started afresh since: give it its MultiKueue objects again.
+    kc_manager apply -f "$DEVCLUSTER_DIR/multikueue-manager.yaml" >/dev/null || die "configuring MultiKueue on the manager failed"
+  fi
   exit 0
 fi
 if [ ${#alive[@]} -gt 0 ]; then
@@ -42,15 +48,21 @@ fi
 
 # --------------------------------------------------------------------- ports
 busy=()
-for port in "$DEVCLUSTER_ETCD_PORT" "$DEVCLUSTER_ETCD_PEER_PORT" "$DEVCLUSTER_APISERVER_PORT" \
-            "$DEVCLUSTER_CONTROLLER_MANAGER_PORT" "$DEVCLUSTER_SCHEDULER_PORT" "$DEVCLUSTER_KUBELET_PORT" \
-            "$DEVCLUSTER_EXEC_KUBELET_PORT" \
-            "$DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT" "$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT" \
-            "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" "$MPI_OPERATOR_HEALTH_PORT" \
-            "$DEVCLUSTER_JOBSET_HEALTH_PORT" "$DEVCLUSTER_JOBSET_WEBHOOK_PORT" \
-            "$DEVCLUSTER_TRAINER_HEALTH_PORT" "$DEVCLUSTER_TRAINER_WEBHOOK_PORT" \
-            "$DEVCLUSTER_TRAINER_STATUS_PORT" "$DEVCLUSTER_ISSUER_PROXY_PORT" \
-            "$DEVCLUSTER_KUEUE_HEALTH_PORT" "$DEVCLUSTER_KUEUE_WEBHOOK_PORT"; do
+ports=("$DEVCLUSTER_ETCD_PORT" "$DEVCLUSTER_ETCD_PEER_PORT" "$DEVCLUSTER_APISERVER_PORT"
+       "$DEVCLUSTER_CONTROLLER_MANAGER_PORT" "$DEVCLUSTER_SCHEDULER_PORT" "$DEVCLUSTER_KUBELET_PORT"
+       "$DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT" "$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT"
+       "$DEVCLUSTER_TRAINING_OPERATOR_WEBHOOK_PORT" "$DEVCLUSTER_KUEUE_HEALTH_PORT" "$DEVCLUSTER_KUEUE_WEBHOOK_PORT")
+if [ "$DEVCLUSTER_ROLE" = worker ]; then
+  ports+=("$DEVCLUSTER_KUEUE_VISIBILITY_PORT")
+  kc_manager get --raw /readyz >/dev/null 2>&1 \
+    || die "the manager cluster ($MANAGER_DIR, port $MANAGER_APISERVER_PORT) is not up: start it first (make cluster-up)"
+else
+  ports+=("$DEVCLUSTER_EXEC_KUBELET_PORT" "$MPI_OPERATOR_HEALTH_PORT"
+          "$DEVCLUSTER_JOBSET_HEALTH_PORT" "$DEVCLUSTER_JOBSET_WEBHOOK_PORT"
+          "$DEVCLUSTER_TRAINER_HEALTH_PORT" "$DEVCLUSTER_TRAINER_WEBHOOK_PORT"
+          "$DEVCLUSTER_TRAINER_STATUS_PORT" "$DEVCLUSTER_ISSUER_PROXY_PORT")
+fi
+for port in "${ports[@]}"; do
   if port_in_use "$port"; then busy+=("$port"); fi
 done
 if [ ${#busy[@]} -gt 0 ]; then
@@ -248,12 +260,14 @@ start kwok \
 
 # ------------------------------------------------------------ executing node
 # Pods bound to $EXEC_NODE run for real (see "The executing node" in dev/cluster/README.md).
-"$CLUSTER_SRC_DIR/node-image.sh"
-# shellcheck source=/dev/null
-source "$DEVCLUSTER_DIR/node-image.env"
-log "starting the executing node $EXEC_NODE (kubelet endpoint 127.0.0.1:$DEVCLUSTER_EXEC_KUBELET_PORT, pods $EXEC_POD_CIDR)"
-render_node_runner_config >"$DEVCLUSTER_DIR/node-runner.json"
-PYTHONPATH="$CLUSTER_SRC_DIR" start node-runner -m noderunner --config "$DEVCLUSTER_DIR/node-runner.json"
+if has_process node-runner; then
+  "$CLUSTER_SRC_DIR/node-image.sh"
+  # shellcheck source=/dev/null
+  source "$DEVCLUSTER_DIR/node-image.env"
+  log "starting the executing node $EXEC_NODE (kubelet endpoint 127.0.0.1:$DEVCLUSTER_EXEC_KUBELET_PORT, pods $EXEC_POD_CIDR)"
+  render_node_runner_config >"$DEVCLUSTER_DIR/node-runner.json"
+  PYTHONPATH="$CLUSTER_SRC_DIR" start node-runner -m noderunner --config "$DEVCLUSTER_DIR/node-runner.json"
+fi
 
 # -------------------------------------------- namespaces, CRDs, secret, nodes
 TO_DIR="$(module_dir github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION")"
@@ -296,12 +310,11 @@ W="$PKI_DIR/training-operator-webhook"
 } | kc apply -f - >>"$LOG_DIR/apply.log" 2>&1 || { cat "$LOG_DIR/apply.log" >&2; die "applying namespaces/secret/nodes failed"; }
 # The rotator waits for the certificate at this fixed path (not configurable).
 TO_CERT_DIR=/tmp/k8s-webhook-server/serving-certs
-mkdir -p "$TO_CERT_DIR"
-cp "$W/ca.crt" "$W/tls.crt" "$W/tls.key" "$TO_CERT_DIR/"
+install_files "$TO_CERT_DIR" "$W/ca.crt" "$W/tls.crt" "$W/tls.key"
 kc wait --for condition=established --timeout=60s crd --all >>"$LOG_DIR/apply.log"
 
 # ------------------------------------------------------------------ operators
-log "starting training-operator $TRAINING_OPERATOR_VERSION and mpi-operator $MPI_OPERATOR_VERSION"
+log "starting training-operator $TRAINING_OPERATOR_VERSION$(has_process mpi-operator && echo " and mpi-operator $MPI_OPERATOR_VERSION")"
 MY_POD_NAMESPACE=kubeflow KUBECONFIG="$PKI_DIR/training-operator.kubeconfig" start training-operator \
   --kubeconfig "$PKI_DIR/training-operator.kubeconfig" \
   --metrics-bind-address "127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_METRICS_PORT" \
@@ -311,11 +324,13 @@ MY_POD_NAMESPACE=kubeflow KUBECONFIG="$PKI_DIR/training-operator.kubeconfig" sta
   --enable-scheme paddlejob --enable-scheme jaxjob \
   --pytorch-init-container-template-file "$CLUSTER_SRC_DIR/pytorch-init-container.yaml" \
   --leader-elect=false
-KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" supervise mpi-operator \
-  --kubeConfig "$PKI_DIR/mpi-operator.kubeconfig" \
-  --lock-namespace mpi-operator \
-  --monitoring-port 0 \
-  --threadiness 2
+if has_process mpi-operator; then
+  KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" supervise mpi-operator \
+    --kubeConfig "$PKI_DIR/mpi-operator.kubeconfig" \
+    --lock-namespace mpi-operator \
+    --monitoring-port 0 \
+    --threadiness 2
+fi
 
 # ------------------------------------------------ JobSet, Trainer, Kueue
 # Their internal cert management is off (it would issue certs for in-cluster
@@ -328,27 +343,33 @@ cp "$PKI_DIR/webhook-serving.key" "$WEBHOOK_CERT_DIR/tls.key"
 # $TMPDIR/k8s-webhook-server/serving-certs (a private TMPDIR, so it does not
 # share training-operator's /tmp one).
 TRAINER_TMPDIR="$DEVCLUSTER_DIR/trainer-tmp"
-mkdir -p "$TRAINER_TMPDIR/k8s-webhook-server/serving-certs"
-cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$TRAINER_TMPDIR/k8s-webhook-server/serving-certs/"
+if has_process trainer; then
+  mkdir -p "$TRAINER_TMPDIR/k8s-webhook-server/serving-certs"
+  cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$TRAINER_TMPDIR/k8s-webhook-server/serving-certs/"
+fi
 # Kueue without internal cert management reads its metrics cert from this fixed
 # path at startup (even with metrics off) and exits if it is missing.
 KUEUE_METRICS_CERT_DIR=/etc/kueue/metrics/certs
-{ mkdir -p "$KUEUE_METRICS_CERT_DIR" && cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$KUEUE_METRICS_CERT_DIR/"; } 2>/dev/null \
+install_files "$KUEUE_METRICS_CERT_DIR" "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" 2>/dev/null \
   || die "cannot write $KUEUE_METRICS_CERT_DIR (Kueue reads its metrics cert there; run as a user who may create it)"
 # ...and its visibility server's from this one (the loopback cert of the webhooks: 127.0.0.1, localhost).
 KUEUE_VISIBILITY_CERT_DIR=/visibility
-{ mkdir -p "$KUEUE_VISIBILITY_CERT_DIR" && cp "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" "$KUEUE_VISIBILITY_CERT_DIR/"; } 2>/dev/null \
+install_files "$KUEUE_VISIBILITY_CERT_DIR" "$WEBHOOK_CERT_DIR/tls.crt" "$WEBHOOK_CERT_DIR/tls.key" 2>/dev/null \
   || die "cannot write $KUEUE_VISIBILITY_CERT_DIR (Kueue's visibility server reads its cert there)"
 render_controller_configs
-log "starting JobSet $JOBSET_VERSION, Kubeflow Trainer $TRAINER_VERSION and Kueue $KUEUE_VERSION"
-KUBECONFIG="$PKI_DIR/jobset.kubeconfig" start jobset --kubeconfig "$PKI_DIR/jobset.kubeconfig" --config "$DEVCLUSTER_DIR/jobset-config.yaml"
-# Trainer's status server (controllers.sh) reads the issuer from an in-cluster token and fetches its
-# discovery document through the issuer proxy (HTTPS_PROXY: Go proxies no request to 127.0.0.1).
-mkdir -p "$(dirname "$TRAINER_ISSUER_TOKEN")"
-kc -n kubeflow-system create token kubeflow-trainer-controller-manager --audience disttrain-devcluster-issuer \
-  --duration 24h >"$TRAINER_ISSUER_TOKEN" || die "cannot write Trainer's issuer token $TRAINER_ISSUER_TOKEN"
-start issuer-proxy "$CLUSTER_SRC_DIR/issuer_proxy.py" "$DEVCLUSTER_ISSUER_PROXY_PORT" "$SA_ISSUER_HOST" "$DEVCLUSTER_APISERVER_PORT"
-HTTPS_PROXY="http://127.0.0.1:$DEVCLUSTER_ISSUER_PROXY_PORT" TMPDIR="$TRAINER_TMPDIR" KUBECONFIG="$PKI_DIR/trainer.kubeconfig" start trainer --kubeconfig "$PKI_DIR/trainer.kubeconfig" --config "$DEVCLUSTER_DIR/trainer-config.yaml"
+if has_process trainer; then
+  log "starting JobSet $JOBSET_VERSION, Kubeflow Trainer $TRAINER_VERSION and Kueue $KUEUE_VERSION"
+  KUBECONFIG="$PKI_DIR/jobset.kubeconfig" start jobset --kubeconfig "$PKI_DIR/jobset.kubeconfig" --config "$DEVCLUSTER_DIR/jobset-config.yaml"
+  # Trainer's status server (controllers.sh) reads the issuer from an in-cluster token and fetches its
+  # discovery document through the issuer proxy (HTTPS_PROXY: Go proxies no request to 127.0.0.1).
+  mkdir -p "$(dirname "$TRAINER_ISSUER_TOKEN")"
+  kc -n kubeflow-system create token kubeflow-trainer-controller-manager --audience disttrain-devcluster-issuer \
+    --duration 24h >"$TRAINER_ISSUER_TOKEN" || die "cannot write Trainer's issuer token $TRAINER_ISSUER_TOKEN"
+  start issuer-proxy "$CLUSTER_SRC_DIR/issuer_proxy.py" "$DEVCLUSTER_ISSUER_PROXY_PORT" "$SA_ISSUER_HOST" "$DEVCLUSTER_APISERVER_PORT"
+  HTTPS_PROXY="http://127.0.0.1:$DEVCLUSTER_ISSUER_PROXY_PORT" TMPDIR="$TRAINER_TMPDIR" KUBECONFIG="$PKI_DIR/trainer.kubeconfig" start trainer --kubeconfig "$PKI_DIR/trainer.kubeconfig" --config "$DEVCLUSTER_DIR/trainer-config.yaml"
+else
+  log "starting Kueue $KUEUE_VERSION"
+fi
 KUBECONFIG="$PKI_DIR/kueue.kubeconfig" start kueue --kubeconfig "$PKI_DIR/kueue.kubeconfig" --config "$DEVCLUSTER_DIR/kueue-config.yaml"
 render_webhooks >"$DEVCLUSTER_DIR/webhooks.yaml" || die "rendering the webhook configurations failed"
 kc apply -f "$DEVCLUSTER_DIR/webhooks.yaml" >>"$LOG_DIR/apply.log" 2>&1 \
@@ -360,25 +381,45 @@ default_sa() { kc -n default get serviceaccount default; }
 wait_for kube-controller-manager "kube-controller-manager /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_CONTROLLER_MANAGER_PORT/healthz"
 wait_for kube-scheduler "kube-scheduler /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_SCHEDULER_PORT/healthz"
 wait_for kwok "kwok /healthz" https_ok "https://127.0.0.1:$DEVCLUSTER_KUBELET_PORT/healthz"
-wait_for node-runner "node runner /healthz" node_runner_ok
-wait_for kwok "$NODE_COUNT nodes Ready (kwok's two, $EXEC_NODE)" nodes_ready
+if has_process node-runner; then wait_for node-runner "node runner /healthz" node_runner_ok; fi
+wait_for kwok "$NODE_COUNT nodes Ready (kwok's two$(has_process node-runner && echo ", $EXEC_NODE"))" nodes_ready
 wait_for kube-controller-manager "ServiceAccount default/default" default_sa
 wait_for training-operator "training-operator /readyz" http_ok "http://127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT/readyz"
 wait_for training-operator "training-operator pytorchjob controller workers" log_has training-operator 'Starting workers.*pytorchjob'
-wait_for mpi-operator "mpi-operator workers started" log_has mpi-operator 'Started workers'
-wait_for mpi-operator "mpi-operator /healthz" http_ok "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"
-wait_for jobset "JobSet controller /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"
-wait_for trainer "Trainer controller manager /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT/readyz"
-wait_for trainer "Trainer status server on :$DEVCLUSTER_TRAINER_STATUS_PORT" port_in_use "$DEVCLUSTER_TRAINER_STATUS_PORT"
+if has_process mpi-operator; then
+  wait_for mpi-operator "mpi-operator workers started" log_has mpi-operator 'Started workers'
+  wait_for mpi-operator "mpi-operator /healthz" http_ok "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"
+fi
+if has_process trainer; then
+  wait_for jobset "JobSet controller /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"
+  wait_for trainer "Trainer controller manager /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT/readyz"
+  wait_for trainer "Trainer status server on :$DEVCLUSTER_TRAINER_STATUS_PORT" port_in_use "$DEVCLUSTER_TRAINER_STATUS_PORT"
+fi
 wait_for kueue "Kueue /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_KUEUE_HEALTH_PORT/readyz"
 
 # Trainer's ClusterTrainingRuntimes and Kueue's queues pass through their
 # webhooks, so they are applied once those serve (retried until the timeout).
 applied() { kc apply -f "$1" >>"$LOG_DIR/apply.log" 2>&1; }
-kc kustomize "$TRAINER_DIR/manifests/base/runtimes" >"$DEVCLUSTER_DIR/runtimes.yaml" || die "rendering Trainer's runtimes failed"
-wait_for trainer "ClusterTrainingRuntimes applied (see $LOG_DIR/apply.log)" applied "$DEVCLUSTER_DIR/runtimes.yaml"
+if has_process trainer; then
+  kc kustomize "$TRAINER_DIR/manifests/base/runtimes" >"$DEVCLUSTER_DIR/runtimes.yaml" || die "rendering Trainer's runtimes failed"
+  wait_for trainer "ClusterTrainingRuntimes applied (see $LOG_DIR/apply.log)" applied "$DEVCLUSTER_DIR/runtimes.yaml"
+fi
 render_kueue_queues >"$DEVCLUSTER_DIR/kueue-queues.yaml"
 wait_for kueue "Kueue ResourceFlavor/ClusterQueue/LocalQueue applied (see $LOG_DIR/apply.log)" applied "$DEVCLUSTER_DIR/kueue-queues.yaml"
+if [ "$DEVCLUSTER_ROLE" = worker ]; then
+  # The manager's side: the worker's kubeconfig Secret, MultiKueueCluster, MultiKueueConfig,
+  # AdmissionCheck and the ClusterQueue/LocalQueues that dispatch here (controllers.sh), applied
+  # through the manager's webhooks; then wait until its Kueue reports the worker connected.
+  render_multikueue_manager >"$DEVCLUSTER_DIR/multikueue-manager.yaml"
+  manager_applied() { kc_manager apply -f "$DEVCLUSTER_DIR/multikueue-manager.yaml" >>"$LOG_DIR/apply.log" 2>&1; }
+  worker_connected() {
+    kc_manager get multikueuecluster "$MULTIKUEUE_CLUSTER" -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' | grep -qx True \
+      && kc_manager get clusterqueue "$MULTIKUEUE_QUEUE" -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' | grep -qx True
+  }
+  log "configuring MultiKueue on the manager (https://127.0.0.1:$MANAGER_APISERVER_PORT): cluster $MULTIKUEUE_CLUSTER, ClusterQueue/LocalQueue $MULTIKUEUE_QUEUE"
+  wait_for kueue "MultiKueue objects applied on the manager (see $LOG_DIR/apply.log)" manager_applied
+  wait_for kueue "the manager's MultiKueueCluster $MULTIKUEUE_CLUSTER and ClusterQueue $MULTIKUEUE_QUEUE Active" worker_connected
+fi
 
 for p in "${PROCESSES[@]}"; do
   running_pid "$p" >/dev/null || fail_component "$p" "$p exited during startup"
@@ -386,6 +427,6 @@ done
 
 mkdir -p "$DEVCLUSTER_DIR/bin"
 ln -sf "$(component_bin kubectl)" "$DEVCLUSTER_DIR/bin/kubectl"
-log "cluster up in $((SECONDS - T0))s"
+log "${DEVCLUSTER_ROLE/manager/cluster} up in $((SECONDS - T0))s"
 echo "  export KUBECONFIG=$KUBECONFIG_FILE"
 echo "  kubectl: $DEVCLUSTER_DIR/bin/kubectl (kubectl $KUBERNETES_VERSION)"
