@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from airflow_provider_disttrain.job.kinds import JobKind
     from airflow_provider_disttrain.job.outcome import JobRef
     from airflow_provider_disttrain.kube.connection import ClusterConnection
+    from airflow_provider_disttrain.kueue.dispatch import WorkerClusters
     from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
     from airflow_provider_disttrain.utils.clock import Clock
@@ -43,6 +44,7 @@ def trigger_for(
     stream_logs: bool,
     gpus_per_replica: dict[str, int],
     connection: ClusterConnection,
+    worker_clusters: WorkerClusters | None = None,
 ) -> TrainingJobTrigger:
     """The trigger that waits for ``ref`` in the triggerer, with the task's deadlines and policies."""
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
@@ -58,6 +60,7 @@ def trigger_for(
         gpus_per_replica=gpus_per_replica,
         stream_logs=stream_logs,
         connection=connection,
+        worker_clusters=worker_clusters.to_dict() if worker_clusters is not None else None,
     )
 
 

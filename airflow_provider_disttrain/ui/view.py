@@ -19,6 +19,7 @@ from airflow_provider_disttrain.job.progress import replicas_text, waiting_text
 from airflow_provider_disttrain.job.status import JobState, failure_condition
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import conditions, is_true, parse_time
+from airflow_provider_disttrain.kueue.dispatch import dispatched_to
 from airflow_provider_disttrain.kueue.hold import admitted_at, held_by_kueue, queue_name, waiting_message
 from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_LABEL,
@@ -260,6 +261,7 @@ def job_detail(
     return {
         **_summary(seen, now),
         "uid": _metadata(job).get("uid"),
+        "cluster": dispatched_to(workload),  # the MultiKueue worker cluster it runs on (None: this one)
         "timeline": timeline(seen),
         "replicas": replicas(seen, pods),
         "pods": pod_rows(kind, pods or []),

@@ -1,0 +1,64 @@
+"""Following a MultiKueue-dispatched job to its worker cluster, from a worker (the sync wait's ending and
+the deferred task's resumption): which cluster runs it, and through which connection (the hook on that
+cluster is ``TrainingJobHook.worker_hook``).
+
+The job itself (reads, patches, deletion) stays on the manager: Kueue mirrors the worker's status onto it
+and removes the worker's copy when the manager's job goes. Only what exists on the worker alone - pods,
+logs, termination messages, events - is read through the worker's hook. See ``kueue.dispatch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_disttrain.kueue.dispatch import (
+    Dispatch,
+    WorkerClusters,
+    dispatched_to,
+    extra_worker_clusters,
+    validate_worker_clusters,
+)
+from airflow_provider_disttrain.kueue.hold import queue_name
+
+if TYPE_CHECKING:
+    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+    from airflow_provider_disttrain.job.outcome import JobRef
+
+
+def worker_clusters(hook: TrainingJobHook, parameter: Mapping[str, str] | None) -> WorkerClusters:
+    """The operator's mapping (rendered) and the manager connection's extra, each validated: an
+    ``InvalidJobSpecError`` names the parameter or the connection's extra, before anything is sent."""
+    return WorkerClusters(
+        validate_worker_clusters(parameter),
+        extra_worker_clusters(hook.worker_clusters_extra(), hook.conn_id),
+        hook.conn_id,
+    )
+
+
+def queued_workload(
+    hook: TrainingJobHook, ref: JobRef, job: Mapping[str, Any] | None, log: Any
+) -> dict[str, Any] | None:
+    """The Kueue Workload of a job submitted to a LocalQueue (None for any other job: no request). ``job``:
+    the job, or the result's summary of it (``local_queue``, ``uid``). One LIST; a courtesy, so a failure
+    to read it is logged (and the pods are looked for on the job's own cluster, as without MultiKueue)."""
+    job = job or {}
+    queued = job.get("local_queue") or queue_name(job)
+    uid = job.get("uid") or (job.get("metadata") or {}).get("uid") or ref.uid
+    if not queued or not uid:
+        return None
+    try:
+        return hook.find_workload(ref.namespace, str(uid))
+    except Exception as error:
+        log.warning("Could not read the Kueue Workload of %s: %r", ref.title, error)
+        return None
+
+
+def locate(workload: Mapping[str, Any] | None, clusters: WorkerClusters, ref: JobRef, log: Any) -> Dispatch | None:
+    """The worker cluster MultiKueue dispatched the job of ``workload`` to, with its connection (None: the
+    job runs on its own cluster), said in the log: where its pods are, or which setting would map it."""
+    if (cluster := dispatched_to(workload)) is None:
+        return None
+    dispatch = clusters.resolve(cluster)
+    (log.info if dispatch.mapped else log.warning)("%s", dispatch.note(ref.title))
+    return dispatch
