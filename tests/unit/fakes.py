@@ -552,7 +552,6 @@ class FakeTrainingJobHook:
     def worker_hook(self, conn_id: str) -> FakeTrainingJobHook:
         """The fake of the worker cluster ``conn_id`` names (``worker_hooks``); an unknown one fails as a
         connection that does not exist would."""
-        self._record("worker_hook", conn_id)
         if conn_id not in self.worker_hooks:
             raise LookupError(f"The conn_id `{conn_id}` isn't defined")
         return self.worker_hooks[conn_id]
