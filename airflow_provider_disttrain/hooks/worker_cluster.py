@@ -62,3 +62,11 @@ def locate(workload: Mapping[str, Any] | None, clusters: WorkerClusters, ref: Jo
     dispatch = clusters.resolve(cluster)
     (log.info if dispatch.mapped else log.warning)("%s", dispatch.note(ref.title))
     return dispatch
+
+
+def pods_hook(hook: TrainingJobHook, dispatch: Dispatch | None) -> TrainingJobHook | None:
+    """The hook of the cluster the job's pods are on: ``hook`` (the job's own cluster), a mapped worker's,
+    or None (a worker cluster no connection maps: nothing to read them with)."""
+    if dispatch is None:
+        return hook
+    return hook.worker_hook(dispatch.conn_id) if dispatch.conn_id is not None else None

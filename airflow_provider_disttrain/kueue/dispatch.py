@@ -126,6 +126,12 @@ class WorkerClusters:
             return Dispatch(cluster, self.extra[cluster], f"{EXTRA} {self.manager_conn_id!r}", self.manager_conn_id)
         return Dispatch(cluster, None, None, self.manager_conn_id)
 
+    @property
+    def maps_any(self) -> bool:
+        """Whether some worker cluster is mapped: only then is there a cluster to read pods from while the
+        job runs (an unmapped dispatch is said once the wait is over)."""
+        return bool(self.parameter or self.extra)
+
     def to_dict(self) -> dict[str, Any]:
         return {"parameter": dict(self.parameter), "extra": dict(self.extra), "manager_conn_id": self.manager_conn_id}
 

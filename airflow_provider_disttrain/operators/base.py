@@ -324,7 +324,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
         )
         if self.deferrable and not seen.is_terminal:
             self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job), workers=worker_clusters)
-        outcome = Outcome.from_event(self._wait(hook, ref, deadlines))
+        outcome = Outcome.from_event(self._wait(hook, ref, deadlines, worker_clusters))
         if reattached and identity.taken_over_job_vanished(ref, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, outcome, context, logs_forwarded=True)
@@ -401,7 +401,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
             timeout=deadlines.deferral_timeout(now=self.clock.wall()),
         )
 
-    def _wait(self, hook: TrainingJobHook, ref: JobRef, deadlines: Deadlines) -> dict[str, Any]:
+    def _wait(self, hook: TrainingJobHook, ref: JobRef, deadlines: Deadlines, workers: Any) -> dict[str, Any]:
         return poll_until_over(
             hook,
             self.job_kind,
@@ -412,6 +412,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
             log_replicas=self.log_replicas,
             log=self.log,
             clock=self.clock,
+            worker_clusters=workers,
         )
 
     # -- the ending, shared by both modes -------------------------------------------------------------

@@ -27,7 +27,7 @@ from airflow_provider_disttrain.exceptions import (
 )
 from airflow_provider_disttrain.failures.diagnostics import Evidence
 from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass, diagnose
-from airflow_provider_disttrain.hooks.worker_cluster import locate, queued_workload
+from airflow_provider_disttrain.hooks.worker_cluster import locate, pods_hook, queued_workload
 from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome, same_job, settle_timeout
@@ -134,9 +134,9 @@ class JobEnding:
         # Kueue's Workload, read once (only for a job it queued): its record, and where MultiKueue runs it.
         workload = queued_workload(hook, ref, job or outcome.job, self.log)
         dispatch = self._dispatch(workload) if other_uid is None else None
-        pods_hook = self._pods_hook(dispatch)
+        hook_of_pods = pods_hook(hook, dispatch)
         # A success lists the pods, for the leader's metrics and (deferred) its logs (one list serves both).
-        pods = self._final_pods(pods_hook) if status == outcomes.SUCCESS else None
+        pods = self._final_pods(hook_of_pods) if status == outcomes.SUCCESS else None
         if other_uid is not None:
             self.log.warning(
                 "%s now names another job (uid %s, this task's was %s): this task's job is gone; the other's "
@@ -145,9 +145,8 @@ class JobEnding:
                 other_uid,
                 ref.uid,
             )
-        elif pods_hook is not None and (not logs_forwarded or dispatch is not None):
-            # (The sync wait's forwarder read the manager, which has no pods of a dispatched job.)
-            forwarder = LogForwarder(pods_hook, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
+        elif hook_of_pods is not None and not logs_forwarded:
+            forwarder = LogForwarder(hook_of_pods, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
             if self.stream_logs:
                 self._resume_after_streamed_lines(forwarder)
             forwarder.forward(pods)
@@ -168,7 +167,7 @@ class JobEnding:
         if status == outcomes.INADMISSIBLE:
             raise self._inadmissible(outcome.message, job)
         if other_uid is None:
-            message, cause = diagnosis(pods_hook, ref, outcome, job, self.log)
+            message, cause = diagnosis(hook_of_pods, ref, outcome, job, self.log)
             if dispatch is not None:
                 message += f"\n{dispatch.note(ref.title)}"
         else:  # the pods, logs and events under the name are the other job's: they explain nothing here
@@ -258,12 +257,6 @@ class JobEnding:
         if self.worker_clusters is None:
             return None
         return locate(workload, self.worker_clusters, self.ref, self.log)
-
-    def _pods_hook(self, dispatch: Dispatch | None) -> TrainingJobHook | None:
-        """The hook of the cluster the pods are on: the manager's, a mapped worker's, or None (unmapped)."""
-        if dispatch is None:
-            return self.hook
-        return self.hook.worker_hook(dispatch.conn_id) if dispatch.conn_id is not None else None
 
     def _final_pods(self, hook: TrainingJobHook | None) -> list[dict[str, Any]] | None:
         ref = self.ref

@@ -193,3 +193,23 @@ def test_the_ui_job_view_names_the_worker_cluster() -> None:
 
     assert job_detail(job, now=0.0, workload=dispatched_workload(job))["cluster"] == WORKER
     assert job_detail(job, now=0.0)["cluster"] is None
+
+
+def test_sync_the_workers_log_lines_are_copied_while_the_job_runs() -> None:
+    hook = manager(running_status(), running_status(), running_status(), succeeded_status())
+    worker = FakeTrainingJobHook()
+    add_pods(worker, "train-abc", succeeded=True)
+    hook.worker_hooks["k8s_worker_1"] = worker
+    dispatch = hook.on_get
+    reads_before_get: list[int] = []  # the worker's log reads before each read of the job on the manager
+
+    def on_get(number: int) -> None:
+        reads_before_get.append(len(worker.called("read_pod_log")))
+        dispatch(number)
+
+    hook.on_get = on_get
+
+    operator(hook, worker_clusters={WORKER: "k8s_worker_1"}).execute(make_context())
+
+    # The last read of the job saw it succeeded: the worker's log had been read before, while it ran.
+    assert hook.called("get_job") and reads_before_get[-1] > 0
