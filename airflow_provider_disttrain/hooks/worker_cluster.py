@@ -24,6 +24,13 @@ from airflow_provider_disttrain.kueue.hold import queue_name
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
     from airflow_provider_disttrain.job.outcome import JobRef
+    from airflow_provider_disttrain.utils.clock import Clock
+
+WORKER_COPY_SECONDS = 30.0
+"""How long the ending waits for Kueue to remove a deleted job's copy on its worker cluster. MultiKueue
+deletes the copy when the manager's Workload goes (its garbage collector, on a timer, sweeps up what a
+missed event left): usually seconds; the task is not held longer for a confirmation."""
+CHECK_EVERY_SECONDS = 1.0
 
 
 def worker_clusters(hook: TrainingJobHook, parameter: Mapping[str, str] | None) -> WorkerClusters:
@@ -70,3 +77,29 @@ def pods_hook(hook: TrainingJobHook, dispatch: Dispatch | None) -> TrainingJobHo
     if dispatch is None:
         return hook
     return hook.worker_hook(dispatch.conn_id) if dispatch.conn_id is not None else None
+
+
+def confirm_worker_copy_gone(
+    worker: TrainingJobHook,
+    ref: JobRef,
+    cluster: str,
+    clock: Clock,
+    timeout: float = WORKER_COPY_SECONDS,
+) -> str:
+    """Whether the job's copy on worker ``cluster`` is gone, after the manager's job was deleted: read by
+    name (the copy has a uid of its own) every ``CHECK_EVERY_SECONDS`` for at most ``timeout`` seconds on
+    ``clock``. Words for the task's message; never raises (the deletion on the manager stands)."""
+    deadline = clock.monotonic() + timeout
+    while True:
+        try:
+            copy = worker.get_job(ref.kind, ref.name, ref.namespace)
+        except Exception as error:
+            return f"Whether its copy on worker cluster {cluster!r} is gone could not be read: {error!r}"
+        if copy is None:
+            return f"Its copy on worker cluster {cluster!r} is gone too."
+        if clock.monotonic() >= deadline:
+            return (
+                f"Its copy on worker cluster {cluster!r} still exists {timeout:.0f}s later: Kueue's MultiKueue "
+                "removes it (its garbage collector), or delete it there yourself."
+            )
+        clock.sleep_sync(CHECK_EVERY_SECONDS)

@@ -27,7 +27,12 @@ from airflow_provider_disttrain.exceptions import (
 )
 from airflow_provider_disttrain.failures.diagnostics import Evidence
 from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass, diagnose
-from airflow_provider_disttrain.hooks.worker_cluster import locate, pods_hook, queued_workload
+from airflow_provider_disttrain.hooks.worker_cluster import (
+    confirm_worker_copy_gone,
+    locate,
+    pods_hook,
+    queued_workload,
+)
 from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome, same_job, settle_timeout
@@ -192,6 +197,7 @@ class JobEnding:
                     message += f"\n{ref.title} was deleted: it was still queued by Kueue."
             elif cleanup.on_timeout and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
                 message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
+                message += self._worker_copy(dispatch, hook_of_pods)
             raise classed_error(JobTimeoutError, failure, message)
         if (
             job is not None
@@ -202,6 +208,7 @@ class JobEnding:
             and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
         ):
             message += f"\n{ref.title} was deleted: this was the task's last try."
+            message += self._worker_copy(dispatch, hook_of_pods)
         raise TrainingJobError(message)
 
     def _lost_contact(self, message: str) -> LostContactError:
@@ -257,6 +264,13 @@ class JobEnding:
         if self.worker_clusters is None:
             return None
         return locate(workload, self.worker_clusters, self.ref, self.log)
+
+    def _worker_copy(self, dispatch: Dispatch | None, worker: TrainingJobHook | None) -> str:
+        """After the manager's job was deleted: whether its copy on the worker is gone too (Kueue removes
+        it), for the message; '' for a job that ran on the manager, or on a worker no connection maps."""
+        if dispatch is None or worker is None:
+            return ""
+        return "\n" + confirm_worker_copy_gone(worker, self.ref, dispatch.cluster, self.clock)
 
     def _final_pods(self, hook: TrainingJobHook | None) -> list[dict[str, Any]] | None:
         ref = self.ref

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import structlog
 
-from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError
+from airflow_provider_disttrain.exceptions import InvalidJobSpecError, JobFailedError, JobTimeoutError
 from airflow_provider_disttrain.job.outcome import SUCCESS, JobRef, make_outcome
 from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
@@ -23,6 +23,7 @@ from tests.unit.fakes import (
     make_context,
     make_job,
     make_pod,
+    queued_status,
     running_status,
     succeeded_status,
     with_hook,
@@ -213,3 +214,29 @@ def test_sync_the_workers_log_lines_are_copied_while_the_job_runs() -> None:
 
     # The last read of the job saw it succeeded: the worker's log had been read before, while it ran.
     assert hook.called("get_job") and reads_before_get[-1] > 0
+
+
+@pytest.mark.parametrize("copy_removed", [True, False])
+def test_a_timed_out_job_is_deleted_on_the_manager_and_its_workers_copy_checked(copy_removed: bool) -> None:
+    hook = manager(queued_status())
+    worker = FakeTrainingJobHook()
+    hook.worker_hooks["k8s_worker_1"] = worker
+    if not copy_removed:  # Kueue has not removed the worker's copy (yet)
+        worker.add_job(make_job(uid="uid-of-the-copy", status=running_status()))
+    task = operator(
+        hook,
+        worker_clusters={WORKER: "k8s_worker_1"},
+        wait_policy=WaitPolicy(poll_interval=0.01, startup_timeout=0.05),
+    )
+
+    with pytest.raises(JobTimeoutError) as raised:
+        task.execute(make_context())
+
+    message = str(raised.value)
+    assert "was deleted (cleanup_policy.on_timeout=True)" in message
+    assert hook.job("train-abc") is None and not worker.called("delete_job")  # deleted on the manager only
+    if copy_removed:
+        assert f"Its copy on worker cluster '{WORKER}' is gone too." in message
+    else:
+        assert f"Its copy on worker cluster '{WORKER}' still exists 30s later" in message
+        assert worker.job("train-abc") is not None
