@@ -244,9 +244,11 @@ def job_detail(
     pods: Iterable[Mapping[str, Any]] | None = None,
     events: Iterable[Mapping[str, Any]] = (),
     log: Mapping[str, Any] | None = None,
+    cluster: str | None = None,
 ) -> dict[str, Any]:
     """Everything the task instance's tab shows about its job (``workload``: its Kueue Workload; ``pods``
-    and ``events``: its pods and their and its Warning events; ``log``: the leader's last lines, when read)."""
+    and ``events``: its pods and their and its Warning events; ``log``: the leader's last lines, when read;
+    ``cluster``: the MultiKueue worker cluster it runs on, else the ``workload``'s, else None: this one)."""
     pods = list(pods) if pods is not None else None
     seen = JobView.of(job)  # the one look at the job the tab shows
     _, kind, state = _found(seen)
@@ -261,7 +263,7 @@ def job_detail(
     return {
         **_summary(seen, now),
         "uid": _metadata(job).get("uid"),
-        "cluster": dispatched_to(workload),  # the MultiKueue worker cluster it runs on (None: this one)
+        "cluster": cluster or dispatched_to(workload),
         "timeline": timeline(seen),
         "replicas": replicas(seen, pods),
         "pods": pod_rows(kind, pods or []),
