@@ -21,6 +21,7 @@ from airflow_provider_disttrain.failures.controller_refusal import warning_event
 from airflow_provider_disttrain.hooks.api_errors import delete_body, means_job_absent, retry_transient
 from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, WORKLOAD, workload_of
 
 
 async def raise_for_status(response: Any) -> None:
@@ -100,6 +101,16 @@ class AsyncJobClient:
             )
         await raise_for_status(response)
         return response
+
+    @retry_transient(attempts=3)
+    async def find_workload(self, namespace: str, job_uid: str) -> dict[str, Any] | None:
+        """The Kueue Workload standing for the job of ``job_uid`` (by Kueue's job-uid label), as the sync
+        hook's ``find_workload``; None when there is none."""
+        listing: Any = await self._custom.list_namespaced_custom_object(
+            **WORKLOAD.namespaced_path(namespace), label_selector=f"{JOB_UID_LABEL}={job_uid}"
+        )
+        workload = workload_of(listing.get("items") or [], job_uid)
+        return dict(workload) if workload is not None else None
 
     @retry_transient(attempts=3)
     async def merge_patch_job(self, kind: JobKind, name: str, namespace: str, patch: dict[str, Any]) -> None:

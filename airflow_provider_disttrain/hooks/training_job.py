@@ -31,6 +31,7 @@ from airflow_provider_disttrain.job.kinds import TRAINING_RUNTIME_KINDS, JobKind
 from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.kube.connection import ClusterConnection, minimal_kubeconfig
 from airflow_provider_disttrain.kube.resources import ApiResource
+from airflow_provider_disttrain.kueue.dispatch import WORKER_CLUSTERS
 from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, WORKLOAD, workload_of
 from airflow_provider_disttrain.kueue.position import parse_summary, pending_workloads_path
 from airflow_provider_disttrain.ownership.naming import label_selector
@@ -397,6 +398,14 @@ class TrainingJobHook(KubernetesHook):
                 raise
             selected.extend(self._to_dict(event) for event in events.items)
         return sorted(selected, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+    def worker_clusters_extra(self) -> Any:
+        """The connection's extra ``worker_clusters`` as stored (a JSON object or its text; ``kueue.dispatch``)."""
+        return self._get_field(WORKER_CLUSTERS)
+
+    def worker_hook(self, conn_id: str) -> TrainingJobHook:
+        """A hook on a MultiKueue worker cluster, through its own connection (kubeconfig, context)."""
+        return TrainingJobHook(conn_id=conn_id)
 
     def trigger_connection(self) -> ClusterConnection:
         """How the trigger reaches the same cluster from the triggerer (see ``connection``).

@@ -25,6 +25,8 @@ class WatchRegistry:
         self.clock = clock or clocks.current()
         self.clusters: dict[str, ClusterClient] = {}
         self.watches: dict[WatchKey, SharedWatch] = {}
+        self.borrowers: dict[str, int] = {}
+        """Per cluster, the readers holding its client without a watch there (``borrow``)."""
         self._closing: set[asyncio.Task[None]] = set()
 
     def watch_for(
@@ -40,26 +42,53 @@ class WatchRegistry:
         key = WatchKey(cluster_key, kind.kind, namespace, label_selector, field_selector, index_label)
         watch = self.watches.get(key)
         if watch is None:
-            cluster = self.clusters.get(cluster_key)
-            if cluster is None:
-                cluster = self.clusters[cluster_key] = ClusterClient(connection, clock=self.clock)
-            watch = self.watches[key] = SharedWatch(key, kind, cluster, self._forget, self.clock)
+            watch = self.watches[key] = SharedWatch(key, kind, self._cluster(connection), self._forget, self.clock)
         return watch
+
+    def _cluster(self, connection: ClusterConnection) -> ClusterClient:
+        cluster = self.clusters.get(connection.identity)
+        if cluster is None:
+            cluster = self.clusters[connection.identity] = ClusterClient(connection, clock=self.clock)
+        return cluster
+
+    @contextlib.asynccontextmanager
+    async def borrow(self, connection: ClusterConnection) -> AsyncIterator[ClusterClient]:
+        """The shared client of ``connection``'s cluster, for a reader that has no watch there (a trigger
+        reading its job's pods on a MultiKueue worker cluster): one client per cluster however many jobs
+        run there, closed once its last watch and its last borrower are gone."""
+        key = connection.identity
+        cluster = self._cluster(connection)
+        self.borrowers[key] = self.borrowers.get(key, 0) + 1
+        try:
+            yield cluster
+        finally:
+            self.borrowers[key] -= 1
+            if not self.borrowers[key]:
+                del self.borrowers[key]
+                if not any(w.cluster is cluster for w in self.watches.values()):
+                    self._close_later(None, cluster)
 
     def _forget(self, watch: SharedWatch) -> None:
         """A watch went idle: drop it, and close its cluster's client if no other watch uses it."""
         if self.watches.get(watch.key) is watch:
             del self.watches[watch.key]
-        cluster_in_use = any(w.cluster is watch.cluster for w in self.watches.values())
-        if not cluster_in_use:
-            self.clusters.pop(watch.key.cluster, None)
-        task = asyncio.get_running_loop().create_task(self._close(watch, None if cluster_in_use else watch.cluster))
+        cluster_in_use = watch.key.cluster in self.borrowers or any(
+            w.cluster is watch.cluster for w in self.watches.values()
+        )
+        self._close_later(watch, None if cluster_in_use else watch.cluster)
+
+    def _close_later(self, watch: SharedWatch | None, cluster: ClusterClient | None) -> None:
+        """Stop ``watch`` and close ``cluster`` (its client, dropped from ``clusters``) in a task of their own."""
+        if cluster is not None and self.clusters.get(cluster.connection.identity) is cluster:
+            del self.clusters[cluster.connection.identity]
+        task = asyncio.get_running_loop().create_task(self._close(watch, cluster))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
     @staticmethod
-    async def _close(watch: SharedWatch, cluster: ClusterClient | None) -> None:
-        await watch.stop()
+    async def _close(watch: SharedWatch | None, cluster: ClusterClient | None) -> None:
+        if watch is not None:
+            await watch.stop()
         if cluster is not None:
             await cluster.close()
 

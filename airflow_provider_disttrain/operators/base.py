@@ -22,6 +22,7 @@ from airflow_provider_disttrain.job.gpus import gpus_per_replica
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome
 from airflow_provider_disttrain.job.view import JobView
+from airflow_provider_disttrain.kueue.dispatch import validate_worker_clusters
 from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL, queue_name, validate_queue_name
 from airflow_provider_disttrain.manifest.builder import set_identity
 from airflow_provider_disttrain.manifest.validation import (
@@ -100,6 +101,8 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
         always copies the chosen replicas' new lines on every poll; without this, a deferred task copies
         them once, when the job has ended.
     :param server_dry_run: only ask the API server to validate the job (``dryRun=All``); nothing is created.
+    :param worker_clusters: MultiKueue worker cluster name -> kubernetes connection id (values templated):
+        a dispatched job's pods, logs and events are read there; overrides the connection's extra of that name.
     """
 
     template_fields: Sequence[str] = (
@@ -114,6 +117,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
         "annotations",
         "config_file",
         "cluster_context",
+        "worker_clusters",
     )
     # No field is read as a file for its suffix (``args=["--config", "model.yaml"]``, ``config_file``, a
     # ConfigMap key ``train.json`` in a dict manifest): only a ``job_manifest`` path is, see below.
@@ -147,6 +151,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
         log_replicas: str | Sequence[str] = LEADER,
         stream_logs: bool = False,
         server_dry_run: bool = False,
+        worker_clusters: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -177,6 +182,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
         self.log_replicas = log_replicas
         self.stream_logs = bool(stream_logs)
         self.server_dry_run = server_dry_run
+        self.worker_clusters = validate_worker_clusters(worker_clusters) or None
         self._job_ref: JobRef | None = None
         self._claiming: tuple[JobIdentity, str, str] | None = None
         self._keep_job_on_kill = False
@@ -289,6 +295,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
         from airflow_provider_disttrain.hooks.kueue import refuse_a_queue_that_admits_nothing
 
         refuse_a_queue_that_admits_nothing(hook, self.kind, manifest, self.log)
+        worker_clusters = self.worker_cluster_map()  # a bad mapping is refused before anything is sent
         identity = self.identity(context)
         submitted_at = self.clock.wall()
         self._claiming = (identity, manifest["metadata"]["name"], manifest["metadata"]["namespace"])
@@ -316,8 +323,8 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
             now=now,
         )
         if self.deferrable and not seen.is_terminal:
-            self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job))
-        outcome = Outcome.from_event(self._wait(hook, ref, deadlines))
+            self._defer(hook, deadlines, reattached=reattached, gpus=gpus_per_replica(job), workers=worker_clusters)
+        outcome = Outcome.from_event(self._wait(hook, ref, deadlines, worker_clusters))
         if reattached and identity.taken_over_job_vanished(ref, outcome):
             return self._submit_and_wait(hook, self.build_job_manifest(context, hook.default_namespace()), context)
         return self._finish(hook, outcome, context, logs_forwarded=True)
@@ -372,7 +379,9 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
 
     # -- waiting --------------------------------------------------------------------------------------
 
-    def _defer(self, hook: TrainingJobHook, deadlines: Deadlines, *, reattached: bool, gpus: dict[str, int]) -> None:
+    def _defer(
+        self, hook: TrainingJobHook, deadlines: Deadlines, *, reattached: bool, gpus: dict[str, int], workers: Any
+    ) -> None:
         ref = self._job_ref
         assert ref is not None
         trigger = trigger_for(
@@ -383,6 +392,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
             stream_logs=self.stream_logs,
             gpus_per_replica=gpus,
             connection=hook.trigger_connection(),
+            worker_clusters=workers,
         )
         self.defer(
             trigger=trigger,
@@ -391,7 +401,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
             timeout=deadlines.deferral_timeout(now=self.clock.wall()),
         )
 
-    def _wait(self, hook: TrainingJobHook, ref: JobRef, deadlines: Deadlines) -> dict[str, Any]:
+    def _wait(self, hook: TrainingJobHook, ref: JobRef, deadlines: Deadlines, workers: Any) -> dict[str, Any]:
         return poll_until_over(
             hook,
             self.job_kind,
@@ -402,6 +412,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
             log_replicas=self.log_replicas,
             log=self.log,
             clock=self.clock,
+            worker_clusters=workers,
         )
 
     # -- the ending, shared by both modes -------------------------------------------------------------
@@ -422,6 +433,7 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
             log=self.log,
             read_from_pods=self.read_from_pods,
             clock=self.clock,
+            worker_clusters=self.worker_cluster_map(strict=False),
         )
         return self.record_ending(context, lambda: ending.finish(outcome, logs_forwarded=logs_forwarded))
 

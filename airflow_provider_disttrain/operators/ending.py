@@ -25,13 +25,21 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
     classed_error,
 )
+from airflow_provider_disttrain.failures.diagnostics import Evidence
 from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass, diagnose
+from airflow_provider_disttrain.hooks.worker_cluster import (
+    confirm_worker_copy_gone,
+    locate,
+    pods_hook,
+    queued_workload,
+)
 from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome, same_job, settle_timeout
 from airflow_provider_disttrain.job.view import JobView
+from airflow_provider_disttrain.kueue.dispatch import Dispatch, WorkerClusters
 from airflow_provider_disttrain.kueue.history import describe_record, kueue_record
-from airflow_provider_disttrain.kueue.hold import held_by_kueue, queue_name
+from airflow_provider_disttrain.kueue.hold import held_by_kueue
 from airflow_provider_disttrain.ownership.identity import JobIdentity
 from airflow_provider_disttrain.parameters import CleanupPolicy
 from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION, decode_position
@@ -75,11 +83,16 @@ def publish_failure(failure: dict[str, Any], log: logging.Logger | Any) -> None:
 
 
 def diagnosis(
-    hook: TrainingJobHook, ref: JobRef, outcome: Outcome, job: Mapping[str, Any] | None, log: logging.Logger | Any
+    hook: TrainingJobHook | None,
+    ref: JobRef,
+    outcome: Outcome,
+    job: Mapping[str, Any] | None,
+    log: logging.Logger | Any,
 ) -> tuple[str, FailureCause]:
     """What the job's pods, their failing containers' logs and events say about a wait that did not
-    succeed (``outcome``), and whose failure it was: the training operators' ending and the sensor's."""
-    evidence = hook.collect_evidence(ref, logger=log)
+    succeed (``outcome``), and whose failure it was: the training operators' ending and the sensor's.
+    ``hook``: of the cluster the pods run on (a MultiKueue worker's); None when none reaches it."""
+    evidence = hook.collect_evidence(ref, logger=log) if hook is not None else Evidence()
     return diagnose(get_job_kind(ref.kind), ref.title, outcome.status, outcome.message, job, evidence)
 
 
@@ -109,6 +122,9 @@ class JobEnding:
     read_from_pods: Callable[[dict[str, Any], list[dict[str, Any]] | None], dict[str, Any]] | None = None
     """What the task adds to a success's result from the pods listed here (None: listing failed), e.g.
     the decorator's return value from the leader's termination message: the pods are listed once."""
+    worker_clusters: WorkerClusters | None = None
+    """How to reach the worker cluster a MultiKueue-dispatched job runs on (``kueue.dispatch``): its pods,
+    logs and events are read there; the job itself is read and deleted on the manager (``hook``)."""
 
     def finish(self, outcome: Outcome, *, logs_forwarded: bool) -> dict[str, Any]:
         """The task's result for a success; for anything else the error to fail the task with."""
@@ -120,8 +136,12 @@ class JobEnding:
             self.log.info("%s finished before its timeout was acted on: %s", ref.title, settled.message)
             outcome = settled
         status = outcome.status
+        # Kueue's Workload, read once (only for a job it queued): its record, and where MultiKueue runs it.
+        workload = queued_workload(hook, ref, job or outcome.job, self.log)
+        dispatch = self._dispatch(workload) if other_uid is None else None
+        hook_of_pods = pods_hook(hook, dispatch)
         # A success lists the pods, for the leader's metrics and (deferred) its logs (one list serves both).
-        pods = self._final_pods() if status == outcomes.SUCCESS else None
+        pods = self._final_pods(hook_of_pods) if status == outcomes.SUCCESS else None
         if other_uid is not None:
             self.log.warning(
                 "%s now names another job (uid %s, this task's was %s): this task's job is gone; the other's "
@@ -130,16 +150,18 @@ class JobEnding:
                 other_uid,
                 ref.uid,
             )
-        elif not logs_forwarded:
-            forwarder = LogForwarder(hook, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
+        elif hook_of_pods is not None and not logs_forwarded:
+            forwarder = LogForwarder(hook_of_pods, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
             if self.stream_logs:
                 self._resume_after_streamed_lines(forwarder)
             forwarder.forward(pods)
         identity, cleanup = self.identity, self.cleanup
         if status == outcomes.SUCCESS:
-            result = self._with_kueue_record(self._with_metrics(dict(outcome.job or {}), pods))
+            result = self._with_kueue_record(self._with_metrics(dict(outcome.job or {}), pods), workload)
             if self.read_from_pods is not None:
                 result = self.read_from_pods(result, pods)
+            if dispatch is not None:
+                result.update(dispatch.result(ref.title))
             self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
             # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
             identity.remember(ref, result=result)
@@ -150,14 +172,16 @@ class JobEnding:
         if status == outcomes.INADMISSIBLE:
             raise self._inadmissible(outcome.message, job)
         if other_uid is None:
-            message, cause = diagnosis(hook, ref, outcome, job, self.log)
+            message, cause = diagnosis(hook_of_pods, ref, outcome, job, self.log)
+            if dispatch is not None:
+                message += f"\n{dispatch.note(ref.title)}"
         else:  # the pods, logs and events under the name are the other job's: they explain nothing here
             message = (
                 f"{outcome.message}\n{ref.title} now names another job (uid {other_uid}), created since: "
                 f"this task's job (uid {ref.uid}) is gone"
             )
             cause = FailureCause(FailureClass.UNKNOWN, "this task's job is gone; its name holds another job")
-        if job is not None and (record := self._kueue_record(job.get("metadata") or {})):
+        if job is not None and (record := self._kueue_record(workload)):
             message += f"\n{describe_record(record)}"
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
             message, failure = described_failure(message, cause, self.log)
@@ -173,6 +197,7 @@ class JobEnding:
                     message += f"\n{ref.title} was deleted: it was still queued by Kueue."
             elif cleanup.on_timeout and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid):
                 message += f"\n{ref.title} was deleted (cleanup_policy.on_timeout=True)."
+                message += self._worker_copy(dispatch, hook_of_pods)
             raise classed_error(JobTimeoutError, failure, message)
         if (
             job is not None
@@ -183,6 +208,7 @@ class JobEnding:
             and hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
         ):
             message += f"\n{ref.title} was deleted: this was the task's last try."
+            message += self._worker_copy(dispatch, hook_of_pods)
         raise TrainingJobError(message)
 
     def _lost_contact(self, message: str) -> LostContactError:
@@ -232,32 +258,36 @@ class JobEnding:
         if (position := decode_position(annotations.get(LOG_POSITION_ANNOTATION))) is not None:
             forwarder.resume_from(*position)
 
-    def _final_pods(self) -> list[dict[str, Any]] | None:
+    def _dispatch(self, workload: Mapping[str, Any] | None) -> Dispatch | None:
+        """The worker cluster MultiKueue runs the job on (None: the manager runs it), for a task given the
+        mappings (``worker_clusters``)."""
+        if self.worker_clusters is None:
+            return None
+        return locate(workload, self.worker_clusters, self.ref, self.log)
+
+    def _worker_copy(self, dispatch: Dispatch | None, worker: TrainingJobHook | None) -> str:
+        """After the manager's job was deleted: whether its copy on the worker is gone too (Kueue removes
+        it), for the message; '' for a job that ran on the manager, or on a worker no connection maps."""
+        if dispatch is None or worker is None:
+            return ""
+        return "\n" + confirm_worker_copy_gone(worker, self.ref, dispatch.cluster, self.clock)
+
+    def _final_pods(self, hook: TrainingJobHook | None) -> list[dict[str, Any]] | None:
         ref = self.ref
+        if hook is None:
+            return None
         try:
-            return self.hook.list_job_pods(ref.name, ref.namespace, kind=self.kind)
+            return hook.list_job_pods(ref.name, ref.namespace, kind=self.kind)
         except Exception as error:  # metrics and logs are a courtesy: the job succeeded
             self.log.warning("Could not list the pods of %s (no metrics in the result): %r", ref.title, error)
             return None
 
-    def _kueue_record(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
-        """What Kueue did to the job (evictions, seconds queued and admitted), for a job it queued.
-
-        ``job``: the job's summary or metadata (``local_queue``/labels and ``uid``). One LIST of the job's
-        Workload, only for a job submitted to a LocalQueue; a courtesy, so a failure to read it is logged.
-        """
-        queued = job.get("local_queue") or queue_name({"metadata": job})
-        if not queued or not job.get("uid"):
-            return None
-        try:
-            workload = self.hook.find_workload(self.ref.namespace, str(job["uid"]))
-        except Exception as error:
-            self.log.warning("Could not read the Kueue Workload of %s: %r", self.ref.title, error)
-            return None
+    def _kueue_record(self, workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """What Kueue did to the job (evictions, seconds queued and admitted), from its Workload."""
         return kueue_record(workload, now=self.clock.wall()) if workload is not None else None
 
-    def _with_kueue_record(self, result: dict[str, Any]) -> dict[str, Any]:
-        if (record := self._kueue_record(result)) is None:
+    def _with_kueue_record(self, result: dict[str, Any], workload: Mapping[str, Any] | None) -> dict[str, Any]:
+        if (record := self._kueue_record(workload)) is None:
             return result
         self.log.info("%s: %s", self.ref.title, describe_record(record))
         return {**result, "kueue": record}

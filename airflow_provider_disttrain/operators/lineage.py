@@ -11,7 +11,7 @@ import the operators do not pay for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowTaskTimeout
@@ -55,10 +55,14 @@ class LineageMixin:
         """What the job reads besides the task's inlets (a TrainJob's initializers)."""
         return []
 
-    def lineage_cluster(self) -> dict[str, str | None]:
-        """Which cluster: the connection id and the kubeconfig context. The API server's address is not
+    def lineage_cluster(self, result: Mapping[str, Any] | None = None) -> dict[str, str | None]:
+        """Which cluster: the connection id and the kubeconfig context, and the MultiKueue worker cluster the
+        job ran on (``workerCluster``, from the ``result``'s ``cluster``). The API server's address is not
         given: it is in the connection, and reading that would be a lookup the lineage must not make."""
-        return {"connection": self.kubernetes_conn_id, "context": self.cluster_context}
+        cluster = {"connection": self.kubernetes_conn_id, "context": self.cluster_context}
+        if result and result.get("cluster"):
+            cluster["workerCluster"] = str(result["cluster"])
+        return cluster
 
     def get_openlineage_facets_on_start(self) -> OperatorLineage | None:
         return self._operator_lineage(None, None)
@@ -136,7 +140,7 @@ class TrainingJobLineageMixin(LineageMixin):
             name=ref.name if ref else result.get("name") or self.job_name,
             namespace=ref.namespace if ref else result.get("namespace") or self.namespace,
             uid=ref.uid if ref and ref.uid else result.get("uid"),
-            cluster=self.lineage_cluster(),
+            cluster=self.lineage_cluster(result),
             local_queue=self.local_queue,
         )
 
@@ -155,7 +159,7 @@ class TrainingJobLineageMixin(LineageMixin):
         events = context.get("outlet_events")
         if events is None or result.get("state") != "succeeded":
             return result
-        cluster = self.lineage_cluster()
+        cluster = self.lineage_cluster(result)
         for asset in self.outlets:
             if isinstance(getattr(asset, "uri", None), str):
                 accessor = events[asset]

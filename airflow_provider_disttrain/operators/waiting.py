@@ -17,6 +17,7 @@ import tenacity
 from airflow_provider_disttrain.failures.controller_refusal import RefusalLooks, read_refusal, refused
 from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.hooks.faults import Action, classify
+from airflow_provider_disttrain.hooks.worker_cluster import locate, pods_hook, queued_workload
 from airflow_provider_disttrain.job.outcome import lost_contact
 from airflow_provider_disttrain.job.status import JobState
 from airflow_provider_disttrain.job.step import Wake, step
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from airflow_provider_disttrain.job.kinds import JobKind
     from airflow_provider_disttrain.job.outcome import JobRef
     from airflow_provider_disttrain.kube.connection import ClusterConnection
+    from airflow_provider_disttrain.kueue.dispatch import WorkerClusters
     from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
     from airflow_provider_disttrain.utils.clock import Clock
@@ -43,6 +45,7 @@ def trigger_for(
     stream_logs: bool,
     gpus_per_replica: dict[str, int],
     connection: ClusterConnection,
+    worker_clusters: WorkerClusters | None = None,
 ) -> TrainingJobTrigger:
     """The trigger that waits for ``ref`` in the triggerer, with the task's deadlines and policies."""
     from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
@@ -58,6 +61,7 @@ def trigger_for(
         gpus_per_replica=gpus_per_replica,
         stream_logs=stream_logs,
         connection=connection,
+        worker_clusters=worker_clusters.to_dict() if worker_clusters is not None else None,
     )
 
 
@@ -72,8 +76,13 @@ def poll_until_over(
     log_replicas: Any,
     log: logging.Logger | Any,
     clock: Clock,
+    worker_clusters: WorkerClusters | None = None,
 ) -> dict[str, Any]:
     """Poll until the deadlines say the wait is over, copying the chosen replicas' new log lines each time.
+
+    The lines are read where the pods run: with a worker cluster mapped (``worker_clusters``), once the job
+    runs (or has ended) a job Kueue queued is looked up once in its Workload, and one MultiKueue dispatched
+    is read on its worker cluster, through the connection mapped to it (``hooks.worker_cluster``).
 
     A read that fails as an outage may (refused, reset, timed out, 429, 5xx: ``faults.classify``) is
     tried again with backoff until ``api_failure_tolerance`` seconds passed since the last read that
@@ -90,6 +99,7 @@ def poll_until_over(
     # MPIJob's conditions can't tell): each view carries that on from the one before.
     view: JobView | None = None
     last_seen_at: float | None = None
+    located = worker_clusters is None or not worker_clusters.maps_any  # where the pods run is known (or moot)
 
     def read() -> tuple[dict[str, Any] | None, str | None]:
         job = hook.get_job(ref.kind, ref.name, ref.namespace)
@@ -111,7 +121,12 @@ def poll_until_over(
             ref, job, previous=view, waiting_reason=waiting_reason, never_admitted=kueue.never_admitted
         )
         now = clock.wall()
-        if not isinstance(moved := step(view, deadlines, now), Wake):
+        moved = step(view, deadlines, now)
+        if not located and (view.state is JobState.RUNNING or not isinstance(moved, Wake)):
+            assert worker_clusters is not None
+            located = True
+            forwarder.hook = pods_hook(hook, locate(queued_workload(hook, ref, job, log), worker_clusters, ref, log))
+        if not isinstance(moved, Wake):
             forwarder.forward()
             return moved
         if refusal_looks.due(job, now) and (words := read_refusal(hook, kind, ref, job, log)):

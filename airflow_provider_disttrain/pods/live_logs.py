@@ -116,8 +116,10 @@ class ByteBudget:
 class LeaderLogFollower:
     """Writes the leader pod's new log lines to ``log`` while it runs; cancel ``run()`` to stop.
 
-    :param cluster: the triggerer's ``ClusterClient`` of the job's cluster.
+    :param cluster: the triggerer's ``ClusterClient`` of the cluster the job's pods run on.
     :param read_job: reads the job (with its annotations), e.g. ``Subscription.read``.
+    :param job_cluster: the ``ClusterClient`` of the job's own cluster, where the position is saved: a
+        MultiKueue manager's, whose job mirrors the one running on a worker (default: ``cluster``).
     :param clock: wall time for the byte budget and the saving cadence (the running loop's clock by
         default).
     """
@@ -133,8 +135,10 @@ class LeaderLogFollower:
         *,
         bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
         clock: Clock | None = None,
+        job_cluster: Any = None,
     ) -> None:
         self.cluster = cluster
+        self.job_cluster = job_cluster or cluster
         self.kind = kind
         self.name = name
         self.namespace = namespace
@@ -278,7 +282,7 @@ class LeaderLogFollower:
 
         self._saved_at = now  # a refused patch is tried again only after SAVE_EVERY_SECONDS too
         try:
-            async with self.cluster.short_request() as (api, _):
+            async with self.job_cluster.short_request() as (api, _):
                 patch = {"metadata": {"annotations": {LOG_POSITION_ANNOTATION: value}}}
                 await AsyncJobClient(api).merge_patch_job(self.kind, self.name, self.namespace, patch)
         except Exception as error:  # never cuts the stream short: a restart would only re-read more

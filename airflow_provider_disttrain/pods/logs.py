@@ -211,7 +211,7 @@ class LogForwarder:
 
     def forward(self, pods: Sequence[Mapping[str, Any]] | None = None) -> int:
         """Emit lines not emitted before; returns how many. Never raises: logs are a courtesy."""
-        if self.log_replicas == NONE:
+        if self.log_replicas == NONE or self.hook is None:  # None: no connection reaches the pods' cluster
             return 0
         emitted = 0
         try:

@@ -34,6 +34,7 @@ STORED_KEYS = (
     "gpus_per_replica",
     "stream_logs",
     "stream_logs_bytes_per_second",
+    "worker_clusters",
 )
 """The keyword arguments ``serialize()`` writes: the trigger's attributes of the same names."""
 

@@ -32,11 +32,13 @@ from airflow_provider_disttrain.job.status import JobState
 from airflow_provider_disttrain.job.step import Wake, next_wake, step
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.connection import ClusterConnection
+from airflow_provider_disttrain.kueue.dispatch import WorkerClusters
 from airflow_provider_disttrain.kueue.hold import held_by_kueue
 from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
-from airflow_provider_disttrain.pods.live_logs import DEFAULT_BYTES_PER_SECOND, LeaderLogFollower
+from airflow_provider_disttrain.pods.live_logs import DEFAULT_BYTES_PER_SECOND
 from airflow_provider_disttrain.triggers import watch_trouble
+from airflow_provider_disttrain.triggers.leader_log import LeaderLog
 from airflow_provider_disttrain.triggers.stored_kwargs import (
     flat_keys,
     stored_connection,
@@ -93,6 +95,8 @@ class TrainingJobTrigger(BaseTrigger):
         view leaves out), for the ``disttrain.gpus_held`` telemetry gauge; None when not known (a sensor).
     :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
     :param stream_logs_bytes_per_second: at most this much of that log is written per second.
+    :param worker_clusters: ``kueue.dispatch.WorkerClusters.to_dict()``: the connections of the MultiKueue
+        worker clusters, where a dispatched job's leader log is followed (``leader_log``).
     :param kubernetes_conn_id: stored rows of provider versions before ``connection`` (never written now),
         like ``cluster_context``, ``config_dict`` (a shipped kubeconfig) and ``connection_extras``.
     :param newer_kwargs: first, the keys of rows stored before the values above travelled whole, each
@@ -119,6 +123,7 @@ class TrainingJobTrigger(BaseTrigger):
         gpus_per_replica: Mapping[str, int] | None = None,
         stream_logs: bool = False,
         stream_logs_bytes_per_second: int = DEFAULT_BYTES_PER_SECOND,
+        worker_clusters: Mapping[str, Any] | None = None,
         kubernetes_conn_id: str | None = None,
         cluster_context: str | None = None,
         config_dict: dict[str, Any] | None = None,
@@ -150,9 +155,10 @@ class TrainingJobTrigger(BaseTrigger):
         self.gpus_per_replica = dict(gpus_per_replica) if gpus_per_replica else None
         self.stream_logs = stream_logs
         self.stream_logs_bytes_per_second = stream_logs_bytes_per_second
+        self.worker_clusters = WorkerClusters.from_dict(worker_clusters).to_dict()
         self._view: JobView | None = None  # the last look at the job: what it saw run stays run
         self._wake = Wake(None)  # when the next deadline passes, from the last step (``job.step``)
-        self._log_follower: LeaderLogFollower | None = None
+        self._leader_log: LeaderLog | None = None
         self._workload = WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
@@ -359,26 +365,20 @@ class TrainingJobTrigger(BaseTrigger):
             return None
 
     def _follow_logs(self, view: JobView, subscription: Subscription) -> None:
-        """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends)."""
-        if not self.stream_logs or self._log_follower is not None or view.state is not JobState.RUNNING:
+        """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends),
+        where its pods run (``leader_log``: a MultiKueue worker's)."""
+        if not self.stream_logs or self._leader_log is not None or view.state is not JobState.RUNNING:
             return
-        self._log_follower = LeaderLogFollower(
-            subscription.watch.cluster,
-            get_job_kind(self.kind),
-            self.name,
-            self.namespace,
-            self.log,
-            subscription.read,
-            bytes_per_second=self.stream_logs_bytes_per_second,
-            clock=self._clock(),
-        )
-        self._log_follower.start()
+        workers, rate = WorkerClusters.from_dict(self.worker_clusters), self.stream_logs_bytes_per_second
+        kind, clock = get_job_kind(self.kind), self._clock()
+        self._leader_log = LeaderLog(self.ref, kind, workers, self.log, bytes_per_second=rate, clock=clock)
+        self._leader_log.start(view.job or {}, subscription)
 
     async def _stop_following_logs(self, save: bool = True) -> None:
         """Stop following the leader's log, recording where it stopped with ``save`` (``LeaderLogFollower.end``)."""
-        follower, self._log_follower = self._log_follower, None
-        if follower is not None:
-            await follower.end(save)
+        leader_log, self._leader_log = self._leader_log, None
+        if leader_log is not None:
+            await leader_log.end(save)
 
     def _report_progress(self, view: JobView) -> None:
         """Log a line when the job changed in a way worth telling (throttled per job, see ``progress``)."""

@@ -40,6 +40,8 @@ from sqlalchemy import select
 from airflow_provider_disttrain.failures.diagnostics import event_objects
 from airflow_provider_disttrain.hooks.api_errors import api_status
 from airflow_provider_disttrain.job.kinds import get_job_kind
+from airflow_provider_disttrain.kueue.dispatch import WorkerClusters, dispatched_to, extra_worker_clusters
+from airflow_provider_disttrain.kueue.hold import queue_name
 from airflow_provider_disttrain.kueue.position import MalformedAnswer
 from airflow_provider_disttrain.operators.links import CONFIG_SECTION
 from airflow_provider_disttrain.ownership.naming import (
@@ -109,6 +111,8 @@ class Cluster:
         self.kueue = JobListCache(self._kueue, ttl=ttl, store=_shared_store("kueue"))
         # Each job's reported metrics over time (the tab's chart), fed by the jobs the requests read anyway.
         self.history = MetricHistory()
+        # The hooks of the MultiKueue worker clusters the connection's extra maps: as many as it names.
+        self._workers: dict[str, BoundedHook] = {}
 
     def _list(self, namespace: str, kind: str) -> list[dict[str, Any]]:
         try:
@@ -128,14 +132,17 @@ class Cluster:
         """``[{"pods": [...], "events": [...]}]`` of one job: its pods (one LIST), and the Warning events of
         the job and of its pods that have problems or do not run (one LIST each, at most MAX_EVENT_PODS)."""
         kind, name = key.split("/", 1)
-        pods = self.hook.list_job_pods(name, namespace, kind=kind)
+        job = self.hook.get_job(kind, name, namespace) or {}
+        cluster, reader = self._where_pods_run(namespace, job)
+        pods = reader.list_job_pods(name, namespace, kind=kind) if reader is not None else []
         # The objects the task's failure explanation reads the events of (TrainingJobHook.collect_evidence).
-        events = self.hook.list_warning_events(namespace, event_objects(get_job_kind(kind), name, pods))
-        log_tail = self._log_tail(kind, pods)
+        objects = event_objects(get_job_kind(kind), name, pods)
+        events = reader.list_warning_events(namespace, objects) if reader is not None else []
+        log_tail = self._log_tail(kind, pods, reader) if reader is not None else None
         # The job's secrets as the task's masker has them (its env), and its pods' (what their env got).
-        mask = masker(self.hook.get_job(kind, name, namespace) or {}, pods)
+        mask = masker(job, pods)
         found = {"pods": [view.pod_read(pod) for pod in pods], "events": [view.event_read(e) for e in events]}
-        return [mask({**found, "log": log_tail})]
+        return [mask({**found, "log": log_tail, "cluster": cluster})]
 
     def _kueue(self, namespace: str, key: str) -> list[dict[str, Any]]:
         """The namespace's Workloads, or a LocalQueue's pending Workloads; none when the connection may not
@@ -163,7 +170,29 @@ class Cluster:
             log.info("The Training jobs UI shows no wait estimates this time: %s", error)
             return {}
 
-    def _log_tail(self, kind: str, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _where_pods_run(self, namespace: str, job: dict[str, Any]) -> tuple[str | None, BoundedHook | None]:
+        """The MultiKueue worker cluster a queued job was dispatched to (None: this cluster), and the hook its
+        pods are read with: this cluster's, the worker's that the connection's extra ``worker_clusters`` maps
+        (``kueue.dispatch``), or None (no connection maps it: the tab names the cluster and shows no pods)."""
+        uid = (job.get("metadata") or {}).get("uid")
+        if queue_name(job) is None or not uid:
+            return None, self.hook
+        try:
+            cluster = dispatched_to(self.hook.find_workload(namespace, str(uid)))
+            workers = extra_worker_clusters(self.hook.worker_clusters_extra(), self.hook.conn_id)
+        except Exception as error:  # the tab stands without it, as without MultiKueue
+            log.warning("Where the pods of %s/%s run could not be read: %s", namespace, uid, error)
+            return None, self.hook
+        if cluster is None:
+            return None, self.hook
+        conn_id = WorkerClusters(extra=workers).resolve(cluster).conn_id
+        if conn_id is None:
+            return cluster, None
+        if conn_id not in self._workers:
+            self._workers[conn_id] = BoundedHook(budget=self.budget, conn_id=conn_id)
+        return cluster, self._workers[conn_id]
+
+    def _log_tail(self, kind: str, pods: list[dict[str, Any]], reader: BoundedHook) -> dict[str, Any] | None:
         """The last lines of the leader's log (what the task's log already shows of it), once it started."""
         job_kind = get_job_kind(kind)
         started = [pod for pod in leader_pods(job_kind, pods) if (pod.get("status") or {}).get("phase") != "Pending"]
@@ -172,7 +201,7 @@ class Cluster:
         pod = started[-1]
         metadata = pod["metadata"]
         try:
-            text = self.hook.read_pod_log(
+            text = reader.read_pod_log(
                 metadata["name"],
                 metadata["namespace"],
                 job_kind.main_container_name(pod),
@@ -305,7 +334,14 @@ def create_app() -> FastAPI:
             except Exception as error:
                 raise _cluster_error(error) from error
             wait = state.waits([job]).get(waits.key_of(job))
-        detail = view.job_detail(job, now=time.time(), pods=found["pods"], events=found["events"], log=found["log"])
+        detail = view.job_detail(
+            job,
+            now=time.time(),
+            pods=found["pods"],
+            events=found["events"],
+            log=found["log"],
+            cluster=found.get("cluster"),
+        )
         detail["chart"] = state.history.chart(job, found["pods"])
         return {"job": {**detail, "wait": wait}, "cluster_lists": state.cache.lists}
 

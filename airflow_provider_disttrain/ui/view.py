@@ -19,6 +19,7 @@ from airflow_provider_disttrain.job.progress import replicas_text, waiting_text
 from airflow_provider_disttrain.job.status import JobState, failure_condition
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import conditions, is_true, parse_time
+from airflow_provider_disttrain.kueue.dispatch import dispatched_to
 from airflow_provider_disttrain.kueue.hold import admitted_at, held_by_kueue, queue_name, waiting_message
 from airflow_provider_disttrain.ownership.naming import (
     DAG_ID_LABEL,
@@ -243,9 +244,11 @@ def job_detail(
     pods: Iterable[Mapping[str, Any]] | None = None,
     events: Iterable[Mapping[str, Any]] = (),
     log: Mapping[str, Any] | None = None,
+    cluster: str | None = None,
 ) -> dict[str, Any]:
     """Everything the task instance's tab shows about its job (``workload``: its Kueue Workload; ``pods``
-    and ``events``: its pods and their and its Warning events; ``log``: the leader's last lines, when read)."""
+    and ``events``: its pods and their and its Warning events; ``log``: the leader's last lines, when read;
+    ``cluster``: the MultiKueue worker cluster it runs on, else the ``workload``'s, else None: this one)."""
     pods = list(pods) if pods is not None else None
     seen = JobView.of(job)  # the one look at the job the tab shows
     _, kind, state = _found(seen)
@@ -260,6 +263,7 @@ def job_detail(
     return {
         **_summary(seen, now),
         "uid": _metadata(job).get("uid"),
+        "cluster": cluster or dispatched_to(workload),
         "timeline": timeline(seen),
         "replicas": replicas(seen, pods),
         "pods": pod_rows(kind, pods or []),

@@ -271,6 +271,9 @@ class FakeTrainingJobHook:
         self.born: dict[tuple[str, str], float] = {}  # with a clock: when each job's progression began
         self.namespace = namespace
         self.connection = connection or ClusterConnection(conn_id="kubernetes_default")
+        self.conn_id = self.connection.conn_id
+        self.worker_clusters_value: Any = None  # the connection's extra ``worker_clusters``
+        self.worker_hooks: dict[str, FakeTrainingJobHook] = {}  # MultiKueue worker clusters' by connection id
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.steps: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.pods: dict[str, list[dict[str, Any]]] = {}
@@ -548,6 +551,16 @@ class FakeTrainingJobHook:
             for event in self.events
             if (event.get("involvedObject") or {}).get("name") in object_names
         ]
+
+    def worker_clusters_extra(self) -> Any:
+        return self.worker_clusters_value
+
+    def worker_hook(self, conn_id: str) -> FakeTrainingJobHook:
+        """The fake of the worker cluster ``conn_id`` names (``worker_hooks``); an unknown one fails as a
+        connection that does not exist would."""
+        if conn_id not in self.worker_hooks:
+            raise LookupError(f"The conn_id `{conn_id}` isn't defined")
+        return self.worker_hooks[conn_id]
 
     def collect_evidence(self, ref: Any, *, logger: Any = None) -> Any:
         """The real reads of the evidence (pods, logs, events through the calls above)."""

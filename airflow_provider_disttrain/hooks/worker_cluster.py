@@ -1,0 +1,105 @@
+"""Following a MultiKueue-dispatched job to its worker cluster, from a worker (the sync wait's ending and
+the deferred task's resumption): which cluster runs it, and through which connection (the hook on that
+cluster is ``TrainingJobHook.worker_hook``).
+
+The job itself (reads, patches, deletion) stays on the manager: Kueue mirrors the worker's status onto it
+and removes the worker's copy when the manager's job goes. Only what exists on the worker alone - pods,
+logs, termination messages, events - is read through the worker's hook. See ``kueue.dispatch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_disttrain.kueue.dispatch import (
+    Dispatch,
+    WorkerClusters,
+    dispatched_to,
+    extra_worker_clusters,
+    validate_worker_clusters,
+)
+from airflow_provider_disttrain.kueue.hold import queue_name
+
+if TYPE_CHECKING:
+    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+    from airflow_provider_disttrain.job.outcome import JobRef
+    from airflow_provider_disttrain.utils.clock import Clock
+
+WORKER_COPY_SECONDS = 30.0
+"""How long the ending waits for Kueue to remove a deleted job's copy on its worker cluster. MultiKueue
+deletes the copy when the manager's Workload goes (its garbage collector, on a timer, sweeps up what a
+missed event left): usually seconds; the task is not held longer for a confirmation."""
+CHECK_EVERY_SECONDS = 1.0
+
+
+def worker_clusters(hook: TrainingJobHook, parameter: Mapping[str, str] | None) -> WorkerClusters:
+    """The operator's mapping (rendered) and the manager connection's extra, each validated: an
+    ``InvalidJobSpecError`` names the parameter or the connection's extra, before anything is sent."""
+    return WorkerClusters(
+        validate_worker_clusters(parameter),
+        extra_worker_clusters(hook.worker_clusters_extra(), hook.conn_id),
+        hook.conn_id,
+    )
+
+
+def queued_workload(
+    hook: TrainingJobHook, ref: JobRef, job: Mapping[str, Any] | None, log: Any
+) -> dict[str, Any] | None:
+    """The Kueue Workload of a job submitted to a LocalQueue (None for any other job: no request). ``job``:
+    the job, or the result's summary of it (``local_queue``, ``uid``). One LIST; a courtesy, so a failure
+    to read it is logged (and the pods are looked for on the job's own cluster, as without MultiKueue)."""
+    job = job or {}
+    queued = job.get("local_queue") or queue_name(job)
+    uid = job.get("uid") or (job.get("metadata") or {}).get("uid") or ref.uid
+    if not queued or not uid:
+        return None
+    try:
+        return hook.find_workload(ref.namespace, str(uid))
+    except Exception as error:
+        log.warning("Could not read the Kueue Workload of %s: %r", ref.title, error)
+        return None
+
+
+def locate(workload: Mapping[str, Any] | None, clusters: WorkerClusters, ref: JobRef, log: Any) -> Dispatch | None:
+    """The worker cluster MultiKueue dispatched the job of ``workload`` to, with its connection (None: the
+    job runs on its own cluster), said in the log: where its pods are, or which setting would map it."""
+    if (cluster := dispatched_to(workload)) is None:
+        return None
+    dispatch = clusters.resolve(cluster)
+    (log.info if dispatch.mapped else log.warning)("%s", dispatch.note(ref.title))
+    return dispatch
+
+
+def pods_hook(hook: TrainingJobHook, dispatch: Dispatch | None) -> TrainingJobHook | None:
+    """The hook of the cluster the job's pods are on: ``hook`` (the job's own cluster), a mapped worker's,
+    or None (a worker cluster no connection maps: nothing to read them with)."""
+    if dispatch is None:
+        return hook
+    return hook.worker_hook(dispatch.conn_id) if dispatch.conn_id is not None else None
+
+
+def confirm_worker_copy_gone(
+    worker: TrainingJobHook,
+    ref: JobRef,
+    cluster: str,
+    clock: Clock,
+    timeout: float = WORKER_COPY_SECONDS,
+) -> str:
+    """Whether the job's copy on worker ``cluster`` is gone, after the manager's job was deleted: read by
+    name (the copy has a uid of its own) every ``CHECK_EVERY_SECONDS`` for at most ``timeout`` seconds on
+    ``clock``. Words for the task's message; never raises (the deletion on the manager stands)."""
+    deadline = clock.monotonic() + timeout
+    while True:
+        try:
+            copy = worker.get_job(ref.kind, ref.name, ref.namespace)
+        except Exception as error:
+            return f"Whether its copy on worker cluster {cluster!r} is gone could not be read: {error!r}"
+        if copy is None:
+            return f"Its copy on worker cluster {cluster!r} is gone too."
+        if clock.monotonic() >= deadline:
+            return (
+                f"Its copy on worker cluster {cluster!r} still exists {timeout:.0f}s later: Kueue's MultiKueue "
+                "removes it (its garbage collector), or delete it there yourself."
+            )
+        clock.sleep_sync(CHECK_EVERY_SECONDS)

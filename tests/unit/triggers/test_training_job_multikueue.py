@@ -1,0 +1,151 @@
+"""MultiKueue: the trigger follows a dispatched job's leader log on the worker cluster its Workload names.
+
+Two fake API servers stand for the manager (the job, its Workload with ``status.clusterName``) and the
+worker (the job's pods and their logs). The worker is reached through the Airflow connection mapped to
+its name, with one shared client however many jobs run there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, MutableMapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import structlog
+
+from airflow_provider_disttrain.hooks import watch_registry
+from airflow_provider_disttrain.kueue.dispatch import WorkerClusters
+from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, QUEUE_NAME_LABEL
+from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
+from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION
+from airflow_provider_disttrain.utils import clock
+from tests.unit.fakes import make_job, make_pod, running_status, succeeded_status
+from tests.unit.triggers.helpers import make_trigger, started
+from tests.unit.waiting import until
+
+pytestmark = pytest.mark.usefixtures("virtual_clock")
+
+NAMESPACE = "ml"
+WORKER_CONN_ID = "k8s_worker_1"
+
+
+@pytest.fixture
+def logged() -> Iterator[list[MutableMapping[str, Any]]]:
+    with structlog.testing.capture_logs() as events:
+        yield events
+
+
+@pytest.fixture
+async def worker(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
+    """The worker cluster's API server, reachable through the Airflow connection ``WORKER_CONN_ID``."""
+    from tests.unit.fake_apiserver import FakeApiServer
+
+    server = FakeApiServer(clock.current())
+    await server.start()
+    extra = {"kube_config": json.dumps(server.kubeconfig())}
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{WORKER_CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
+    )
+    yield server
+    await server.stop()
+
+
+def lines(events: list[MutableMapping[str, Any]]) -> list[str]:
+    return [str(e["event"]) % tuple(e.get("positional_args", ())) for e in events]
+
+
+def stamped(text: str) -> str:
+    return f"{(datetime.now(timezone.utc) - timedelta(seconds=5)).isoformat().replace('+00:00', 'Z')} {text}"
+
+
+def queued_job(name: str, uid: str, status: dict[str, Any]) -> dict[str, Any]:
+    labels = {TASK_INSTANCE_LABEL: f"key-{name}", QUEUE_NAME_LABEL: "team-a"}
+    return make_job(name, NAMESPACE, uid=uid, status=status, labels=labels)
+
+
+def dispatched_workload(name: str, uid: str, cluster: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": f"pytorchjob-{name}-1a2b3", "namespace": NAMESPACE, "labels": {JOB_UID_LABEL: uid}},
+        "status": {
+            "clusterName": cluster,
+            "conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": "admitted"}],
+        },
+    }
+
+
+async def dispatch(manager: Any, worker: Any, name: str, uid: str) -> None:
+    """A running job on the manager, dispatched to ``worker-1``, whose pods and log are on the worker."""
+    await manager.put(queued_job(name, uid, running_status()))
+    await manager.put(dispatched_workload(name, uid, "worker-1"), plural="workloads")
+    worker.add_pod(make_pod(name, "master", 0, namespace=NAMESPACE))
+    await worker.add_log_lines(NAMESPACE, f"{name}-master-0", stamped(f"{name} epoch 1 loss=0.5"))
+
+
+def workers_mapped() -> dict[str, Any]:
+    return WorkerClusters({"worker-1": WORKER_CONN_ID}).to_dict()
+
+
+async def test_two_jobs_on_one_worker_are_followed_there_with_one_shared_client(
+    apiserver: Any, worker: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    await dispatch(apiserver, worker, "train-a", "uid-a")
+    await dispatch(apiserver, worker, "train-b", "uid-b")
+    triggers = [
+        make_trigger(apiserver, name=name, uid=uid, stream_logs=True, worker_clusters=workers_mapped())
+        for name, uid in (("train-a", "uid-a"), ("train-b", "uid-b"))
+    ]
+    tasks = [await started(trigger, apiserver) for trigger in triggers]
+
+    await until(
+        lambda: (
+            {"[train-a-master-0] train-a epoch 1 loss=0.5", "[train-b-master-0] train-b epoch 1 loss=0.5"}
+            <= set(lines(logged))
+        )
+    )
+    # The worker's pods were read on the worker, through one client of its connection for both jobs.
+    worker_clients = [
+        cluster
+        for cluster in watch_registry.registry().clusters.values()
+        if cluster.connection.conn_id == WORKER_CONN_ID
+    ]
+    assert len(worker_clients) == 1
+    assert worker_clients[0].generation == 1  # built once, whichever job asked first
+    assert len(worker.queries("log")) == 2
+    assert apiserver.queries("log") == []  # the manager has no pods of a dispatched job
+    assert any("runs on worker cluster 'worker-1' (MultiKueue)" in line for line in lines(logged))
+
+    for name in ("train-a", "train-b"):
+        await worker.end_log(NAMESPACE, f"{name}-master-0")
+        await apiserver.put({**apiserver.objects[(NAMESPACE, "pytorchjobs", name)], "status": succeeded_status()})
+    events = [await task for task in tasks]
+
+    assert [event["status"] for event in events] == ["success", "success"]
+    # Where the stream stopped is saved on the manager's job, which every triggerer can read.
+    for name in ("train-a", "train-b"):
+        annotations = apiserver.objects[(NAMESPACE, "pytorchjobs", name)]["metadata"]["annotations"]
+        assert annotations[LOG_POSITION_ANNOTATION].startswith(f"{name}-master-0")
+    # The worker's client closes with its last borrower.
+    await until(
+        lambda: all(c.connection.conn_id != WORKER_CONN_ID for c in watch_registry.registry().clusters.values())
+    )
+
+
+async def test_an_unmapped_worker_cluster_is_named_and_the_job_still_followed(
+    apiserver: Any, worker: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    await dispatch(apiserver, worker, "train-a", "uid-a")
+    trigger = make_trigger(apiserver, name="train-a", uid="uid-a", stream_logs=True)
+    task = await started(trigger, apiserver)
+
+    await until(lambda: any("which no connection maps" in line for line in lines(logged)))
+    await apiserver.put(queued_job("train-a", "uid-a", succeeded_status()))
+    event = await task
+
+    assert event["status"] == "success"
+    note = next(line for line in lines(logged) if "which no connection maps" in line)
+    assert "worker cluster 'worker-1'" in note and "worker_clusters={'worker-1':" in note
+    assert worker.requests == []  # nothing was asked of a cluster no connection maps
