@@ -29,6 +29,7 @@ from airflow_provider_disttrain.failures.failure_class import FailureCause, Fail
 from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome, same_job, settle_timeout
+from airflow_provider_disttrain.job.usage import USAGE_ANNOTATION, Usage, describe, job_usage
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kueue.history import describe_record, kueue_record
 from airflow_provider_disttrain.kueue.hold import held_by_kueue, queue_name
@@ -37,6 +38,7 @@ from airflow_provider_disttrain.parameters import CleanupPolicy
 from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.pods.logs import LogForwarder
 from airflow_provider_disttrain.pods.metrics import combined_metrics, leader_metrics
+from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
 
 
 FAILURE_XCOM_KEY = "failure"
+USAGE_COUNTED = "usage_counted"
+"""The state store's mark that the job's GPU-seconds were sent (``JobEnding._count_usage``)."""
 _T = TypeVar("_T")
 
 
@@ -138,13 +142,18 @@ class JobEnding:
         identity, cleanup = self.identity, self.cleanup
         if status == outcomes.SUCCESS:
             result = self._with_kueue_record(self._with_metrics(dict(outcome.job or {}), pods))
+            usage = job_usage(pods, created=result.get("creation_time"), now=self.clock.wall())
+            result["usage"] = usage.as_dict()
             if self.read_from_pods is not None:
                 result = self.read_from_pods(result, pods)
-            self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
+            self.log.info("%s succeeded in %s s (%s)", ref.title, result.get("duration_seconds"), describe(usage))
             # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
             identity.remember(ref, result=result)
+            self._count_usage(usage, result.get("local_queue"))
             if cleanup.deletes_after(succeeded=True):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+            else:
+                self._annotate_usage(usage)
             identity.remember(ref, task_succeeded=True)
             return result
         if status == outcomes.INADMISSIBLE:
@@ -184,6 +193,29 @@ class JobEnding:
         ):
             message += f"\n{ref.title} was deleted: this was the task's last try."
         raise TrainingJobError(message)
+
+    def _count_usage(self, usage: Usage, queue: str | None) -> None:
+        """Send the job's GPU-seconds once per job: a retry that takes the finished job over (its task died
+        after this) finds the mark in the state store and does not count it again. Marked before it is
+        sent: a death between the two loses one count rather than doubling it. (Without a state store,
+        a retry that reaches this ending again counts again.)"""
+        if usage.gpu_seconds is None or self.identity.recorded(self.ref, USAGE_COUNTED):
+            return
+        self.identity.remember(self.ref, **{USAGE_COUNTED: True})
+        telemetry.gpu_seconds(usage.gpu_seconds, namespace=self.ref.namespace, queue=queue)
+
+    def _annotate_usage(self, usage: Usage) -> None:
+        """Record the usage on the job kept (``usage.USAGE_ANNOTATION``), where the Training jobs page reads
+        it without listing pods per job. A courtesy: a refused patch never fails the task. The uid in the
+        patch is a precondition: a job created under the name since is not annotated."""
+        ref = self.ref
+        patch = {"metadata": {"uid": ref.uid, "annotations": {USAGE_ANNOTATION: usage.annotation()}}}
+        if ref.uid is None:
+            del patch["metadata"]["uid"]
+        try:
+            self.hook.patch_job(ref.kind, ref.name, ref.namespace, patch)
+        except Exception as error:
+            self.log.warning("Could not record the GPU usage on %s (the jobs page shows none): %r", ref.title, error)
 
     def _lost_contact(self, message: str) -> LostContactError:
         """Losing the API server (a control-plane upgrade, a network partition) says nothing about the job,
