@@ -25,6 +25,7 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
     classed_error,
 )
+from airflow_provider_disttrain.failures.diagnostics import Evidence
 from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass, diagnose
 from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
@@ -79,11 +80,17 @@ def publish_failure(failure: dict[str, Any], log: logging.Logger | Any) -> None:
 
 
 def diagnosis(
-    hook: TrainingJobHook, ref: JobRef, outcome: Outcome, job: Mapping[str, Any] | None, log: logging.Logger | Any
+    hook: TrainingJobHook,
+    ref: JobRef,
+    outcome: Outcome,
+    job: Mapping[str, Any] | None,
+    log: logging.Logger | Any,
+    evidence: Evidence | None = None,
 ) -> tuple[str, FailureCause]:
     """What the job's pods, their failing containers' logs and events say about a wait that did not
-    succeed (``outcome``), and whose failure it was: the training operators' ending and the sensor's."""
-    evidence = hook.collect_evidence(ref, logger=log)
+    succeed (``outcome``), and whose failure it was: the training operators' ending and the sensor's.
+    ``evidence``: what the caller already read of them (``hook.collect_evidence``), else read here."""
+    evidence = hook.collect_evidence(ref, logger=log) if evidence is None else evidence
     return diagnose(get_job_kind(ref.kind), ref.title, outcome.status, outcome.message, job, evidence)
 
 
@@ -149,17 +156,22 @@ class JobEnding:
             self.log.info("%s succeeded in %s s (%s)", ref.title, result.get("duration_seconds"), describe(usage))
             # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
             identity.remember(ref, result=result)
-            self._count_usage(usage, result.get("local_queue"))
+            self._account_usage(usage, result.get("local_queue"), kept=not cleanup.deletes_after(succeeded=True))
             if cleanup.deletes_after(succeeded=True):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
-            else:
-                self._annotate_usage(usage)
             identity.remember(ref, task_succeeded=True)
             return result
         if status == outcomes.INADMISSIBLE:
             raise self._inadmissible(outcome.message, job)
+        usage = None
         if other_uid is None:
-            message, cause = diagnosis(hook, ref, outcome, job, self.log)
+            evidence = hook.collect_evidence(ref, logger=self.log)
+            message, cause = diagnosis(hook, ref, outcome, job, self.log, evidence)
+            if status in (outcomes.FAILED, outcomes.TIMEOUT):
+                # A job that failed or ran out of time held its GPUs too: from the pods the diagnosis read.
+                created = (outcome.job or {}).get("creation_time")
+                usage = job_usage(evidence.pods or None, created=created, now=self.clock.wall())
+                self.log.info("%s held %s", ref.title, describe(usage))
         else:  # the pods, logs and events under the name are the other job's: they explain nothing here
             message = (
                 f"{outcome.message}\n{ref.title} now names another job (uid {other_uid}), created since: "
@@ -170,11 +182,16 @@ class JobEnding:
             message += f"\n{describe_record(record)}"
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
             message, failure = described_failure(message, cause, self.log)
+        queue = (outcome.job or {}).get("local_queue")
         if status == outcomes.FAILED:
+            if usage is not None:
+                self._account_usage(usage, queue, kept=not cleanup.deletes_after(succeeded=False))
             if cleanup.deletes_after(succeeded=False):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
             raise classed_error(JobFailedError, failure, message)
         if status == outcomes.TIMEOUT:
+            if usage is not None:  # counted until now: a job the policy keeps running is not counted again
+                self._account_usage(usage, queue, kept=False)
             # (The uid precondition fails, False, when the name holds another job now: not said deleted.)
             if job is not None and held_by_kueue(job):
                 # Left in the queue, it would take quota later for a task that has failed.
@@ -193,6 +210,12 @@ class JobEnding:
         ):
             message += f"\n{ref.title} was deleted: this was the task's last try."
         raise TrainingJobError(message)
+
+    def _account_usage(self, usage: Usage, queue: str | None, *, kept: bool) -> None:
+        """Count the job's GPU-seconds (once per job) and, on a job that stays (``kept``), record them."""
+        self._count_usage(usage, queue)
+        if kept:
+            self._annotate_usage(usage)
 
     def _count_usage(self, usage: Usage, queue: str | None) -> None:
         """Send the job's GPU-seconds once per job: a retry that takes the finished job over (its task died

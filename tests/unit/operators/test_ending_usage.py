@@ -4,11 +4,13 @@ the job for the jobs page; a refused record never fails the task."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_provider_disttrain.exceptions import JobFailedError, JobTimeoutError
 from airflow_provider_disttrain.job.usage import USAGE_ANNOTATION, Usage
 from airflow_provider_disttrain.operators.ending import USAGE_COUNTED
 from airflow_provider_disttrain.ownership.identity import STATE_STORE_KEY
@@ -20,6 +22,7 @@ from tests.unit.fakes import (
     FakeStateStore,
     FakeTI,
     FakeTrainingJobHook,
+    failed_status,
     make_context,
     make_job,
     make_pod,
@@ -141,3 +144,40 @@ def test_a_job_deleted_on_success_is_not_annotated_first() -> None:
 
     assert hook.called("patch_job") == []
     assert hook.job(NAME) is None
+
+
+def failed_gpu_pods() -> list[dict[str, Any]]:
+    pods = gpu_pods()
+    for pod in pods:
+        pod["status"]["phase"] = "Failed"
+        pod["status"]["containerStatuses"][0]["state"]["terminated"].update(reason="Error", exitCode=1)
+    return pods
+
+
+def test_a_failed_job_held_its_gpus_too_counted_and_recorded_from_the_pods_the_diagnosis_read(
+    statsd: StatsdListener,
+) -> None:
+    hook = progressing(running_status(), failed_status())
+    hook.pods[NAME] = failed_gpu_pods()
+
+    with pytest.raises(JobFailedError):
+        make_operator(hook, job_name=NAME).execute(make_context())
+
+    statsd.wait_for("disttrain.gpu_seconds")
+    assert statsd.counters() == {"disttrain.gpu_seconds": 4 * RAN_SECONDS}
+    annotation = (hook.job(NAME) or {})["metadata"]["annotations"][USAGE_ANNOTATION]
+    assert Usage.from_annotation(annotation).gpu_seconds == 4 * RAN_SECONDS  # type: ignore[union-attr]
+
+
+def test_a_timed_out_job_is_counted_until_the_task_ends_and_not_recorded_on_the_job_it_deletes(
+    statsd: StatsdListener,
+) -> None:
+    hook = progressing(running_status())
+    hook.pods[NAME] = gpu_pods()  # (what they held by the end, whatever the clock says then)
+
+    with pytest.raises(JobTimeoutError, match="was deleted"):
+        make_operator(hook, job_name=NAME, execution_timeout=timedelta(seconds=30)).execute(make_context())
+
+    statsd.wait_for("disttrain.gpu_seconds")
+    assert statsd.counters() == {"disttrain.gpu_seconds": 4 * RAN_SECONDS}
+    assert hook.called("patch_job") == []
