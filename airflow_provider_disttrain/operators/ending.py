@@ -163,15 +163,15 @@ class JobEnding:
             return result
         if status == outcomes.INADMISSIBLE:
             raise self._inadmissible(outcome.message, job)
-        usage = None
+        held: Usage | None = None  # what a failed or timed-out job's pods held
         if other_uid is None:
             evidence = hook.collect_evidence(ref, logger=self.log)
             message, cause = diagnosis(hook, ref, outcome, job, self.log, evidence)
             if status in (outcomes.FAILED, outcomes.TIMEOUT):
                 # A job that failed or ran out of time held its GPUs too: from the pods the diagnosis read.
                 created = (outcome.job or {}).get("creation_time")
-                usage = job_usage(evidence.pods or None, created=created, now=self.clock.wall())
-                self.log.info("%s held %s", ref.title, describe(usage))
+                held = job_usage(evidence.pods or None, created=created, now=self.clock.wall())
+                self.log.info("%s held %s", ref.title, describe(held))
         else:  # the pods, logs and events under the name are the other job's: they explain nothing here
             message = (
                 f"{outcome.message}\n{ref.title} now names another job (uid {other_uid}), created since: "
@@ -184,14 +184,14 @@ class JobEnding:
             message, failure = described_failure(message, cause, self.log)
         queue = (outcome.job or {}).get("local_queue")
         if status == outcomes.FAILED:
-            if usage is not None:
-                self._account_usage(usage, queue, kept=not cleanup.deletes_after(succeeded=False))
+            if held is not None:
+                self._account_usage(held, queue, kept=not cleanup.deletes_after(succeeded=False))
             if cleanup.deletes_after(succeeded=False):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
             raise classed_error(JobFailedError, failure, message)
         if status == outcomes.TIMEOUT:
-            if usage is not None:  # counted until now: a job the policy keeps running is not counted again
-                self._account_usage(usage, queue, kept=False)
+            if held is not None:  # counted until now: a job the policy keeps running is not counted again
+                self._account_usage(held, queue, kept=False)
             # (The uid precondition fails, False, when the name holds another job now: not said deleted.)
             if job is not None and held_by_kueue(job):
                 # Left in the queue, it would take quota later for a task that has failed.
