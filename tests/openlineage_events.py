@@ -13,15 +13,18 @@ from airflow_provider_disttrain.lineage.facets import (
     FAILURE_FACET,
     JOB_FACET,
     METRICS_FACET,
+    USAGE_FACET,
     TrainingFailureRunFacet,
     TrainingJobRunFacet,
     TrainingMetricsRunFacet,
+    TrainingUsageRunFacet,
 )
 
 FACET_CLASSES: dict[str, Any] = {
     JOB_FACET: TrainingJobRunFacet,
     METRICS_FACET: TrainingMetricsRunFacet,
     FAILURE_FACET: TrainingFailureRunFacet,
+    USAGE_FACET: TrainingUsageRunFacet,
 }
 
 

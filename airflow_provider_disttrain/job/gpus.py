@@ -36,8 +36,9 @@ def _gpus_of_limits(limits: Mapping[str, Any]) -> int:
     return sum(gpu_count(value) for name, value in limits.items() if str(name).endswith(GPU_SUFFIX))
 
 
-def _gpus_of_pod_template(template: Mapping[str, Any]) -> int:
-    containers = ((template.get("spec") or {}).get("containers")) or []
+def gpus_of_pod(pod: Mapping[str, Any]) -> int:
+    """GPUs one pod (or a pod template: the same ``spec.containers``) asks for: its containers' GPU limits."""
+    containers = ((pod.get("spec") or {}).get("containers")) or []
     return sum(_gpus_of_limits(((container.get("resources") or {}).get("limits")) or {}) for container in containers)
 
 
@@ -62,7 +63,7 @@ def replica_specs(job: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     return {
         str(replica): {
             "desired": int(replica_spec.get("replicas") or 1),
-            "gpus": _gpus_of_pod_template(replica_spec.get("template") or {}),
+            "gpus": gpus_of_pod(replica_spec.get("template") or {}),
         }
         for replica, replica_spec in specs.items()
         if isinstance(replica_spec, Mapping)

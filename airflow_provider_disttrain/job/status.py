@@ -185,6 +185,8 @@ def job_result(job: Mapping[str, Any], name: str, kind: JobKind, state: JobState
             }
             for condition in conditions(job)
         ],
+        # When the job was created: the start of its time queued (``usage.job_usage``).
+        "creation_time": metadata.get("creationTimestamp"),
         "start_time": start_time,
         "completion_time": completion_time,
         "duration_seconds": duration,

@@ -33,6 +33,7 @@ PRODUCER = f"urn:airflow-provider-disttrain:{__version__}"
 JOB_FACET = "disttrainJob"
 METRICS_FACET = "disttrainMetrics"
 FAILURE_FACET = "disttrainFailure"
+USAGE_FACET = "disttrainUsage"
 # Conventional default namespaces of object stores whose URIs have a bucket as their authority.
 _BUCKET_SCHEMES = {"s3": naming.S3, "s3a": naming.S3, "s3n": naming.S3, "gs": naming.GCS}
 
@@ -73,6 +74,22 @@ class TrainingMetricsRunFacet(RunFacet):
     @staticmethod
     def _get_schema() -> str:
         return _schema("TrainingMetricsRunFacet")
+
+
+@attr.define
+class TrainingUsageRunFacet(RunFacet):
+    """What a finished job held (``job/usage.py``): GPU-seconds, wall seconds running, seconds queued.
+
+    A facet of its own, not fields added to the metrics facet: a consumer of that schema sees no change."""
+
+    gpus: int = 0
+    gpuSeconds: float | None = None
+    runningSeconds: float | None = None
+    queuedSeconds: float | None = None
+
+    @staticmethod
+    def _get_schema() -> str:
+        return _schema("TrainingUsageRunFacet")
 
 
 @attr.define
@@ -130,7 +147,7 @@ def operator_lineage(
     failure: tuple[str, str, Mapping[str, Any] | None] | None = None,
 ) -> OperatorLineage:
     """The lineage of one training task: ``input_uris`` (what its manifest says it reads) and its
-    ``inlets`` in, its ``outlets`` out; the job, the finished job's metrics, the failure's explanation."""
+    ``inlets`` in, its ``outlets`` out; the job, the finished job's metrics and usage, the failure's explanation."""
     inputs = [dataset_from_uri(uri) for uri in input_uris] + [dataset_from_asset(a) for a in _assets(inlets)]
     run_facets: dict[str, RunFacet] = {}
     if job is not None:
@@ -142,6 +159,14 @@ def operator_lineage(
             metrics=dict(result.get("metrics") or {}),
             producer=PRODUCER,
         )
+        if usage := result.get("usage"):
+            run_facets[USAGE_FACET] = TrainingUsageRunFacet(
+                gpus=int(usage.get("gpus") or 0),
+                gpuSeconds=usage.get("gpu_seconds"),
+                runningSeconds=usage.get("running_seconds"),
+                queuedSeconds=usage.get("queued_seconds"),
+                producer=PRODUCER,
+            )
     if failure is not None:
         reason, explanation, failure_class = failure
         run_facets[FAILURE_FACET] = TrainingFailureRunFacet(

@@ -36,6 +36,7 @@ from airflow_provider_disttrain.hooks.worker_cluster import (
 from airflow_provider_disttrain.job import outcome as outcomes
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
 from airflow_provider_disttrain.job.outcome import JobRef, Outcome, same_job, settle_timeout
+from airflow_provider_disttrain.job.usage import USAGE_ANNOTATION, Usage, describe, job_usage
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kueue.dispatch import Dispatch, WorkerClusters
 from airflow_provider_disttrain.kueue.history import describe_record, kueue_record
@@ -45,6 +46,7 @@ from airflow_provider_disttrain.parameters import CleanupPolicy
 from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.pods.logs import LogForwarder
 from airflow_provider_disttrain.pods.metrics import combined_metrics, leader_metrics
+from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ if TYPE_CHECKING:
 
 
 FAILURE_XCOM_KEY = "failure"
+USAGE_COUNTED = "usage_counted"
+"""The state store's mark that the job's GPU-seconds were sent (``JobEnding._count_usage``)."""
 _T = TypeVar("_T")
 
 
@@ -88,11 +92,14 @@ def diagnosis(
     outcome: Outcome,
     job: Mapping[str, Any] | None,
     log: logging.Logger | Any,
+    evidence: Evidence | None = None,
 ) -> tuple[str, FailureCause]:
     """What the job's pods, their failing containers' logs and events say about a wait that did not
     succeed (``outcome``), and whose failure it was: the training operators' ending and the sensor's.
-    ``hook``: of the cluster the pods run on (a MultiKueue worker's); None when none reaches it."""
-    evidence = hook.collect_evidence(ref, logger=log) if hook is not None else Evidence()
+    ``hook``: of the cluster the pods run on (a MultiKueue worker's); None when none reaches it.
+    ``evidence``: what the caller already read of them (``hook.collect_evidence``), else read here."""
+    if evidence is None:
+        evidence = hook.collect_evidence(ref, logger=log) if hook is not None else Evidence()
     return diagnose(get_job_kind(ref.kind), ref.title, outcome.status, outcome.message, job, evidence)
 
 
@@ -158,23 +165,33 @@ class JobEnding:
         identity, cleanup = self.identity, self.cleanup
         if status == outcomes.SUCCESS:
             result = self._with_kueue_record(self._with_metrics(dict(outcome.job or {}), pods), workload)
+            usage = job_usage(pods, created=result.get("creation_time"), now=self.clock.wall())
+            result["usage"] = usage.as_dict()
             if self.read_from_pods is not None:
                 result = self.read_from_pods(result, pods)
             if dispatch is not None:
                 result.update(dispatch.result(ref.title))
-            self.log.info("%s succeeded in %s s", ref.title, result.get("duration_seconds"))
+            self.log.info("%s succeeded in %s s (%s)", ref.title, result.get("duration_seconds"), describe(usage))
             # Saved before the job may be deleted: a retry (this worker dying from here on) returns it.
             identity.remember(ref, result=result)
+            self._account_usage(usage, result.get("local_queue"), kept=not cleanup.deletes_after(succeeded=True))
             if cleanup.deletes_after(succeeded=True):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
             identity.remember(ref, task_succeeded=True)
             return result
         if status == outcomes.INADMISSIBLE:
             raise self._inadmissible(outcome.message, job)
+        held: Usage | None = None  # what a failed or timed-out job's pods held
         if other_uid is None:
-            message, cause = diagnosis(hook_of_pods, ref, outcome, job, self.log)
+            evidence = hook_of_pods.collect_evidence(ref, logger=self.log) if hook_of_pods is not None else Evidence()
+            message, cause = diagnosis(hook_of_pods, ref, outcome, job, self.log, evidence)
             if dispatch is not None:
                 message += f"\n{dispatch.note(ref.title)}"
+            if status in (outcomes.FAILED, outcomes.TIMEOUT):
+                # A job that failed or ran out of time held its GPUs too: from the pods the diagnosis read.
+                created = (outcome.job or {}).get("creation_time")
+                held = job_usage(evidence.pods or None, created=created, now=self.clock.wall())
+                self.log.info("%s held %s", ref.title, describe(held))
         else:  # the pods, logs and events under the name are the other job's: they explain nothing here
             message = (
                 f"{outcome.message}\n{ref.title} now names another job (uid {other_uid}), created since: "
@@ -185,11 +202,16 @@ class JobEnding:
             message += f"\n{describe_record(record)}"
         if status in (outcomes.FAILED, outcomes.TIMEOUT):
             message, failure = described_failure(message, cause, self.log)
+        queue = (outcome.job or {}).get("local_queue")
         if status == outcomes.FAILED:
+            if held is not None:
+                self._account_usage(held, queue, kept=not cleanup.deletes_after(succeeded=False))
             if cleanup.deletes_after(succeeded=False):
                 hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
             raise classed_error(JobFailedError, failure, message)
         if status == outcomes.TIMEOUT:
+            if held is not None:  # counted until now: a job the policy keeps running is not counted again
+                self._account_usage(held, queue, kept=False)
             # (The uid precondition fails, False, when the name holds another job now: not said deleted.)
             if job is not None and held_by_kueue(job):
                 # Left in the queue, it would take quota later for a task that has failed.
@@ -210,6 +232,35 @@ class JobEnding:
             message += f"\n{ref.title} was deleted: this was the task's last try."
             message += self._worker_copy(dispatch, hook_of_pods)
         raise TrainingJobError(message)
+
+    def _account_usage(self, usage: Usage, queue: str | None, *, kept: bool) -> None:
+        """Count the job's GPU-seconds (once per job) and, on a job that stays (``kept``), record them."""
+        self._count_usage(usage, queue)
+        if kept:
+            self._annotate_usage(usage)
+
+    def _count_usage(self, usage: Usage, queue: str | None) -> None:
+        """Send the job's GPU-seconds once per job: a retry that takes the finished job over (its task died
+        after this) finds the mark in the state store and does not count it again. Marked before it is
+        sent: a death between the two loses one count rather than doubling it. (Without a state store,
+        a retry that reaches this ending again counts again.)"""
+        if usage.gpu_seconds is None or self.identity.recorded(self.ref, USAGE_COUNTED):
+            return
+        self.identity.remember(self.ref, **{USAGE_COUNTED: True})
+        telemetry.gpu_seconds(usage.gpu_seconds, namespace=self.ref.namespace, queue=queue)
+
+    def _annotate_usage(self, usage: Usage) -> None:
+        """Record the usage on the job kept (``usage.USAGE_ANNOTATION``), where the Training jobs page reads
+        it without listing pods per job. A courtesy: a refused patch never fails the task. The uid in the
+        patch is a precondition: a job created under the name since is not annotated."""
+        ref = self.ref
+        patch = {"metadata": {"uid": ref.uid, "annotations": {USAGE_ANNOTATION: usage.annotation()}}}
+        if ref.uid is None:
+            del patch["metadata"]["uid"]
+        try:
+            self.hook.patch_job(ref.kind, ref.name, ref.namespace, patch)
+        except Exception as error:
+            self.log.warning("Could not record the GPU usage on %s (the jobs page shows none): %r", ref.title, error)
 
     def _lost_contact(self, message: str) -> LostContactError:
         """Losing the API server (a control-plane upgrade, a network partition) says nothing about the job,

@@ -197,6 +197,11 @@ class JobIdentity:
             return None
         return str(saved["uid"])
 
+    def recorded(self, ref: JobRef, key: str) -> Any:
+        """What a try of this instance recorded under ``key`` for the job ``ref`` (that uid), else None."""
+        saved = self.store.get(STATE_STORE_KEY) if self.store is not None else None
+        return saved.get(key) if isinstance(saved, dict) and saved.get("uid") == ref.uid else None
+
     def submitted_at(self, ref: JobRef) -> float | None:
         """When (worker's clock) a try of this instance submitted the job ``ref`` names, if one recorded it."""
         saved = self.store.get(STATE_STORE_KEY) if self.store is not None else None

@@ -17,6 +17,7 @@ from airflow_provider_disttrain.job.gpus import gpus_held, replica_specs
 from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.job.progress import replicas_text, waiting_text
 from airflow_provider_disttrain.job.status import JobState, failure_condition
+from airflow_provider_disttrain.job.usage import USAGE_ANNOTATION, Usage, job_usage
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.kube.conditions import conditions, is_true, parse_time
 from airflow_provider_disttrain.kueue.dispatch import dispatched_to
@@ -196,9 +197,25 @@ def _summary(view: JobView, now: float) -> dict[str, Any]:
         "queue": queue_name(job),
         "held_by_kueue": held_by_kueue(job),
         "gpus_held": gpus_held(view),
+        "gpu_seconds": None if (recorded := recorded_usage(job)) is None else recorded.gpu_seconds,
         **_durations(view, now),
         "task_instance": task_instance_of(job),
     }
+
+
+def recorded_usage(job: Mapping[str, Any]) -> Usage | None:
+    """What the task that saw the job finish recorded it held (``usage.USAGE_ANNOTATION``); None before it
+    finished, for a job finished without a task (or before the provider recorded it), or a refused patch."""
+    return Usage.from_annotation((_metadata(job).get("annotations") or {}).get(USAGE_ANNOTATION))
+
+
+def _usage(job: Mapping[str, Any], pods: list[Mapping[str, Any]] | None, now: float) -> dict[str, Any] | None:
+    """The tab's ``usage``: the task's record once the job finished; until then (or without one) what the
+    pods the tab read say so far; None without either."""
+    usage = recorded_usage(job)
+    if usage is None and pods is not None:
+        usage = job_usage(pods, created=_metadata(job).get("creationTimestamp"), now=now)
+    return None if usage is None else usage.as_dict()
 
 
 def pod_rows(kind: JobKind, pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -273,6 +290,7 @@ def job_detail(
         "waiting": waiting,
         "conditions": _condition_rows(job),
         "failure": {"reason": failure[0], "message": failure[1]} if failure else None,
+        "usage": _usage(job, pods, now),
     }
 
 
@@ -297,7 +315,8 @@ def newest_job_of(
 
 
 def page(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The jobs page: the rows (by namespace and name) and the GPUs held per namespace and per queue."""
+    """The jobs page: the rows (by namespace and name), the GPUs held per namespace and per queue, and the
+    GPU-seconds the listed jobs used per namespace and queue (``usage_totals``)."""
     rows = sorted(summaries, key=lambda row: (str(row["namespace"]), str(row["name"])))
     per_namespace: dict[str, int] = {}
     per_queue: dict[str, int] = {}
@@ -306,7 +325,26 @@ def page(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         if row["queue"]:
             queue = f"{row['namespace']}/{row['queue']}"
             per_queue[queue] = per_queue.get(queue, 0) + row["gpus_held"]
-    return {"jobs": rows, "gpus_per_namespace": per_namespace, "gpus_per_queue": per_queue}
+    return {
+        "jobs": rows,
+        "gpus_per_namespace": per_namespace,
+        "gpus_per_queue": per_queue,
+        "totals": usage_totals(rows),
+    }
+
+
+def usage_totals(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per namespace and queue (None: jobs of no queue), the GPU-seconds of the rows that have a figure and
+    how many those are (a job still running, or finished without a record, adds to neither)."""
+    totals: dict[tuple[str, str | None], dict[str, Any]] = {}
+    for row in rows:
+        if row.get("gpu_seconds") is None:
+            continue
+        key = (str(row["namespace"]), row["queue"] or None)
+        total = totals.setdefault(key, {"namespace": key[0], "queue": key[1], "gpu_seconds": 0.0, "jobs": 0})
+        total["gpu_seconds"] = round(total["gpu_seconds"] + float(row["gpu_seconds"]), 1)
+        total["jobs"] += 1
+    return [totals[key] for key in sorted(totals, key=lambda key: (key[0], key[1] or ""))]
 
 
 # Airflow 3.4's region of a task instance outside every loop and mapping.
@@ -426,12 +464,16 @@ def _spec_read(value: Any) -> Any:
 
 def job_read(job: Mapping[str, Any]) -> dict[str, Any]:
     """What the view reads of a job: its identity, labels, spec without pod details (replica counts,
-    suspension, GPU limits) and status; never an env value, a command line or an annotation."""
+    suspension, GPU limits) and status; never an env value, a command line or an annotation but the
+    provider's record of its usage (``recorded_usage``)."""
     metadata = _metadata(job)
+    annotations = metadata.get("annotations") or {}
+    kept = {key: annotations[key] for key in (USAGE_ANNOTATION,) if key in annotations}
     return {
         "apiVersion": job.get("apiVersion"),
         "kind": job.get("kind"),
-        "metadata": {key: metadata[key] for key in _JOB_METADATA if key in metadata},
+        "metadata": {key: metadata[key] for key in _JOB_METADATA if key in metadata}
+        | ({"annotations": kept} if kept else {}),
         "spec": _spec_read(job.get("spec") or {}),
         "status": job.get("status") or {},
     }

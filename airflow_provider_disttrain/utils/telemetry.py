@@ -9,6 +9,9 @@ after the last dot of a counter is its class, so plain StatsD, which drops tags,
 - ``disttrain.jobs.<state>`` (gauge, ``queued``/``suspended``/``running``): the jobs they wait for, by state;
 - ``disttrain.gpus_held`` (gauge): GPUs the pods of those jobs hold now (active replicas x their GPUs);
 - ``disttrain.watch.restarts.<class>`` (counter): a shared watch broke and was restarted, by error class;
+- ``disttrain.gpu_seconds`` (counter): GPU-seconds a finished job's pods held (``job/usage.py``), sent once
+  per job by the task that saw it finish, tagged ``namespace`` and ``queue`` (its Kueue LocalQueue, or
+  ``none``); summed over time it answers "GPU-hours per namespace, per queue";
 - ``disttrain.api_errors.<class>`` (counter): an API request of the provider failed, by error class
   (``api_errors.error_class``: ``connection``, ``stream``, ``credentials``, ``expired``, ``unauthorized``,
   ``forbidden``, ``throttled``, ``server``, ``client``, ``local``).
@@ -76,6 +79,13 @@ def _emit(method: str, name: str, *args: Any, tags: Mapping[str, Any]) -> None:
 
 def api_error(error_class: str, **tags: Any) -> None:
     _emit("incr", f"api_errors.{error_class}", tags=tags)
+
+
+def gpu_seconds(seconds: float, *, namespace: str, queue: str | None) -> None:
+    """A finished job held ``seconds`` GPU-seconds: counted whole (a counter's increment is an integer for
+    StatsD and for Airflow's own ``Stats.incr``), none sent for a job that held no GPU."""
+    if (count := round(seconds)) > 0:
+        _emit("incr", "gpu_seconds", count, tags={"namespace": namespace, "queue": queue or "none"})
 
 
 def watch_restart(error_class: str, **tags: Any) -> None:

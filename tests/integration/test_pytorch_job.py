@@ -3,6 +3,7 @@ control plane with the real training-operator, in deferrable and sync mode."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,15 @@ def test_pytorchjob_from_builder_parameters_succeeds(namespace, run_dag, jobs, d
     labels = live["metadata"]["labels"]
     assert labels["disttrain.airflow.apache.org/dag-id"] == dag_id
     assert labels["disttrain.airflow.apache.org/task-id"] == "train"
+    # What the job held, from its pods' container times: a Master and 2 Workers of 1 GPU each, each pod
+    # holding its GPU at most as long as any pod of the job ran (both figures rounded to 0.1 s).
+    usage = summary["usage"]
+    assert usage["gpus"] == 3
+    assert usage["running_seconds"] is not None and usage["running_seconds"] > 0
+    assert 0 < usage["gpu_seconds"] <= usage["gpus"] * usage["running_seconds"] + 0.15
+    assert usage["queued_seconds"] is not None and usage["queued_seconds"] >= 0
+    # Recorded on the job kept (cleanup_policy keeps it), for the jobs page.
+    assert json.loads(live["metadata"]["annotations"]["disttrain.airflow.apache.org/usage"]) == usage
 
 
 def test_pytorchjob_from_manifest_file_succeeds(namespace, run_dag, jobs, airflow_db):

@@ -316,6 +316,7 @@ def test_result_of_a_fresh_job_without_status():
         "local_queue": None,
         "state": "queued",
         "conditions": [],
+        "creation_time": None,
         "start_time": None,
         "completion_time": None,
         "duration_seconds": None,

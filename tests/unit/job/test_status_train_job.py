@@ -17,6 +17,7 @@ RESULT_KEYS = {
     "local_queue",
     "state",
     "conditions",
+    "creation_time",
     "start_time",
     "completion_time",
     "duration_seconds",

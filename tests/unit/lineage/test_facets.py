@@ -15,6 +15,7 @@ from airflow_provider_disttrain.lineage.facets import (
     JOB_FACET,
     METRICS_FACET,
     PRODUCER,
+    USAGE_FACET,
     dataset_from_asset,
     dataset_from_uri,
     operator_lineage,
@@ -105,6 +106,24 @@ def test_operator_lineage_of_a_success() -> None:
     }
 
 
+USAGE = {"gpus": 4, "gpu_seconds": 2400.0, "running_seconds": 600.0, "queued_seconds": None}
+
+
+def test_a_result_with_usage_has_the_usage_facet_and_one_without_none() -> None:
+    result = {"state": "succeeded", "duration_seconds": 600.0, "metrics": {}}
+
+    lineage = operator_lineage(job=JOB, result={**result, "usage": USAGE})
+
+    usage = serialized(lineage.run_facets[USAGE_FACET])
+    assert usage.pop("_schemaURL") == (
+        f"{PRODUCER}:lineage/schemas/TrainingUsageRunFacet.json#/$defs/TrainingUsageRunFacet"
+    )
+    # OpenLineage leaves None out: the seconds queued were not known.
+    assert usage == {"_producer": PRODUCER, "gpus": 4, "gpuSeconds": 2400.0, "runningSeconds": 600.0}
+    # A result saved by an earlier release (a retry returns it) has no usage: no facet, not an empty one.
+    assert USAGE_FACET not in operator_lineage(job=JOB, result=result).run_facets
+
+
 def test_operator_lineage_of_a_failure() -> None:
     failure_class = {"class": "training", "reason": "OOMKilled", "evidence": ["master-0: OOMKilled"]}
     lineage = operator_lineage(
@@ -132,7 +151,7 @@ def test_every_facet_matches_the_schema_its_schema_url_names() -> None:
 
     lineage = operator_lineage(
         job=JOB,
-        result={"state": "succeeded", "duration_seconds": 1.5, "metrics": {"loss": 0.1}},
+        result={"state": "succeeded", "duration_seconds": 1.5, "metrics": {"loss": 0.1}, "usage": USAGE},
         failure=("timeout", "x", {"class": "infrastructure", "reason": "preempted", "evidence": []}),
     )
     for facet in lineage.run_facets.values():

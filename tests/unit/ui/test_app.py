@@ -352,3 +352,37 @@ def test_every_read_of_the_jobs_adds_the_trainers_new_report_to_the_chart(
             (read,) = state.jobs(["ml"])
         losses = [point["values"]["loss"] for point in state.history.chart(read)["points"]]
     assert losses == [0.9, 0.7, 0.5]
+
+
+def test_the_page_shows_each_jobs_recorded_gpu_seconds_and_totals_without_reading_pods(
+    settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_disttrain.job.usage import USAGE_ANNOTATION, Usage
+
+    recorded = {"a": 7200.0, "b": 1800.5}
+    jobs = [running_job(f"job-{name}", "etl") for name in ("a", "b", "c")]
+    for job, seconds in zip(jobs[:2], recorded.values(), strict=True):
+        usage = Usage(gpus=2, gpu_seconds=seconds, running_seconds=seconds / 2, queued_seconds=3.0)
+        # What the task wrote beside another annotation the page must not keep.
+        job["metadata"]["annotations"] = {USAGE_ANNOTATION: usage.annotation(), "note": SECRET}
+    jobs[1]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "gpu-queue"
+    state = fake_cluster(monkeypatch, jobs)
+    pod_lists: list[str] = []
+    monkeypatch.setattr(state.hook, "list_job_pods", lambda name, namespace, kind: pod_lists.append(name) or [])
+
+    answer = client_for(monkeypatch, {"etl"}, ["etl"]).get("/api/jobs")
+
+    assert answer.status_code == 200, answer.text
+    # job-c finished without a record (or runs still): no figure, and not counted in a total.
+    assert {row["name"]: row["gpu_seconds"] for row in answer.json()["jobs"]} == {
+        "job-a": 7200.0,
+        "job-b": 1800.5,
+        "job-c": None,
+    }
+    assert answer.json()["totals"] == [
+        {"namespace": "ml", "queue": None, "gpu_seconds": 7200.0, "jobs": 1},
+        {"namespace": "ml", "queue": "gpu-queue", "gpu_seconds": 1800.5, "jobs": 1},
+    ]
+    assert pod_lists == []  # one LIST of the jobs per kind: no request per job
+    (cached, *_) = state.cache.jobs("ml", "PyTorchJob")
+    assert SECRET not in json.dumps(cached)

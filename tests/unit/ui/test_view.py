@@ -263,3 +263,30 @@ def test_the_tab_finds_its_instances_job_of_this_deployment_or_of_before_the_lab
         [job("old", legacy, "2026-12-05T09:00:00Z"), job("new", ours, "2026-12-05T09:30:00Z"), prods], key, old_key
     )
     assert found is not None and found["metadata"]["name"] == "new"
+
+
+def test_the_tab_shows_what_the_pods_held_so_far_and_the_record_once_finished():
+    from airflow_provider_disttrain.job.usage import USAGE_ANNOTATION, Usage
+
+    job = fixture("pytorchjob-running.yaml", gpus=2)
+    started = datetime(2024, 5, 14, 9, 12, 33, tzinfo=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pods = [
+        view.pod_read(
+            {
+                "metadata": {"name": f"pytorch-simple-{replica}-0"},
+                "spec": {"containers": [{"name": "pytorch", "resources": {"limits": {"nvidia.com/gpu": 2}}}]},
+                "status": {"phase": "Running", "containerStatuses": [{"state": {"running": {"startedAt": started}}}]},
+            }
+        )
+        for replica in ("master", "worker")
+    ]
+
+    live = view.job_detail(job, now=NOW, pods=pods)["usage"]
+
+    # Created 09:12:03, the pods started 09:12:33 and run until NOW (09:20:03): 450 s, 2 GPUs each.
+    assert live == {"gpus": 4, "gpu_seconds": 4 * 450.0, "running_seconds": 450.0, "queued_seconds": 30.0}
+    assert view.job_detail(job, now=NOW)["usage"] is None  # no pods read, no record: nothing says
+    recorded = Usage(gpus=4, gpu_seconds=99.0, running_seconds=25.0, queued_seconds=1.0)
+    job["metadata"]["annotations"] = {USAGE_ANNOTATION: recorded.annotation()}
+    assert view.job_detail(job, now=NOW, pods=pods)["usage"] == recorded.as_dict()
+    assert view.job_summary(job, now=NOW)["gpu_seconds"] == 99.0

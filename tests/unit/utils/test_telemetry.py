@@ -78,3 +78,22 @@ def test_a_metrics_backend_that_fails_never_breaks_the_wait(monkeypatch: pytest.
     census.observe("a", "job-a", "running", 8)
 
     assert census.totals()["running"] == 1
+
+
+def test_gpu_seconds_are_counted_whole_tagged_by_namespace_and_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+
+    class Recording:
+        def incr(self, name: str, *args: object, tags: dict[str, object]) -> None:
+            sent.append((name, args, tags))
+
+    monkeypatch.setattr(telemetry, "_stats", Recording)
+
+    telemetry.gpu_seconds(7199.6, namespace="ml", queue="gpu-queue")
+    telemetry.gpu_seconds(1.0, namespace="ml", queue=None)
+    telemetry.gpu_seconds(0.2, namespace="ml", queue=None)  # a job without GPUs (or 0 whole): nothing sent
+
+    assert [(name, args, {k: v for k, v in tags.items() if k != "hostname"}) for name, args, tags in sent] == [
+        ("disttrain.gpu_seconds", (7200,), {"namespace": "ml", "queue": "gpu-queue"}),
+        ("disttrain.gpu_seconds", (1,), {"namespace": "ml", "queue": "none"}),
+    ]
