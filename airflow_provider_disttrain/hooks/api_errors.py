@@ -161,7 +161,7 @@ def raise_for_access(error: BaseException, what: str) -> None:
             raise ClusterAccessError(f"{what}: refused (403 {reason}) by the cluster's admission: {message}") from error
         raise ClusterAccessError(
             f"{what}: forbidden (403 {reason}); the connection's service account lacks RBAC permission "
-            f"(see the README's Role). API said: {message}"
+            f"(see the Role in docs/guides/connection.md). API said: {message}"
         ) from error
 
 

@@ -28,6 +28,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from airflow_provider_disttrain.hooks.api_errors import is_plugin_failure
 from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
@@ -66,16 +67,6 @@ class CredentialsUnavailable(ConnectionError):
 
 class ClusterClientClosed(RuntimeError):
     """A lease asked of a ``ClusterClient`` its registry has closed."""
-
-
-def _is_plugin_failure(error: BaseException) -> bool:
-    """kubernetes_asyncio's ``ExecProvider`` raises ``ConfigException("exec: process returned N. ...")``
-    for a plugin that ran and failed, and ``"exec: failed to decode ..."`` for garbled output; both may
-    not happen on the next run. A malformed ``exec`` section or a missing command never heals."""
-    from kubernetes_asyncio.config.config_exception import ConfigException
-
-    text = str(error)
-    return isinstance(error, ConfigException) and text.startswith(("exec: process returned", "exec: failed to decode"))
 
 
 class _Generation:
@@ -240,7 +231,7 @@ class ClusterClient:
             ) from None
         except BaseException as error:
             await stack.aclose()
-            if _is_plugin_failure(error):
+            if is_plugin_failure(error):
                 raise CredentialsUnavailable(f"the exec plugin of {self._title} failed: {error}", error) from error
             raise
         self._built += 1

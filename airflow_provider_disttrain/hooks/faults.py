@@ -67,7 +67,7 @@ FATAL_STATUSES = frozenset({400, 404, 405, 406, 415, 422})
 
 
 def classify(error: BaseException) -> Fault:
-    """What the wait does about ``error`` (see the module docstring and the README's fault table)."""
+    """What the wait does about ``error`` (see the module docstring and docs/guides/deferral.md, "The fault model")."""
     status = api_status(error)
     if status is not None:
         if status == 410:

@@ -16,7 +16,7 @@ its user is rotated. Airflow 3.3 stores no per-database id a worker can read wit
 either. An id that changes under running jobs is worse than none: a retry would no longer recognise its
 own job and train a second time, and the cleanup would keep the first forever as another deployment's.
 So the default is one constant, the same everywhere, and deployments that share a namespace must set
-their own id (README, "Several Airflow deployments on one cluster").
+their own id (docs/guides/operators.md, "Several Airflow deployments on one cluster").
 """
 
 from __future__ import annotations
