@@ -24,10 +24,10 @@ class WorkerDiesAfterSubmitting(PyTorchJobOperator):
             context.pop("task_state_store", None)  # an Airflow without the store: labels must do
         return super().execute(context)
 
-    def _wait(self, hook, ref, deadlines):
+    def _wait(self, hook, ref, *arguments):
         if self._try_number == 1:
             raise RuntimeError("worker lost while waiting for " + ref.name)
-        return super()._wait(hook, ref, deadlines)
+        return super()._wait(hook, ref, *arguments)
 
     def build_job_manifest(self, context, default_namespace):
         self._try_number = context["ti"].try_number
@@ -83,8 +83,8 @@ class WorkerDiesAfterTheJobSucceeded(PyTorchJobOperator):
         self._try_number = context["ti"].try_number
         return super().build_job_manifest(context, default_namespace)
 
-    def _wait(self, hook, ref, deadlines):
-        outcome = super()._wait(hook, ref, deadlines)
+    def _wait(self, hook, ref, *arguments):
+        outcome = super()._wait(hook, ref, *arguments)
         if {when!r} == "before the ending" and self._try_number == 1:
             raise RuntimeError("worker lost after " + ref.name + " succeeded")
         return outcome

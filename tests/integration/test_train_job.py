@@ -378,10 +378,10 @@ class WorkerDiesAfterSubmitting(TrainJobOperator):
         self._try_number = context["ti"].try_number
         return super().build_job_manifest(context, default_namespace)
 
-    def _wait(self, hook, ref, startup_deadline):
+    def _wait(self, hook, ref, *arguments):
         if self._try_number == 1:
             raise RuntimeError("worker lost while waiting for " + ref.name)
-        return super()._wait(hook, ref, startup_deadline)
+        return super()._wait(hook, ref, *arguments)
 
 
 @dag(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
