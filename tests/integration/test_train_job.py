@@ -353,7 +353,8 @@ def test_a_trainjob_suspended_after_it_ran_outlives_the_startup_timeout(
         result = run_dag(dag_id, source)
         helper.join(timeout=120)
 
-    assert errors == []
+    # An API error says which request and why (a webhook's refusal is a 403 too): its body names it.
+    assert errors == [], [f"{error!r} {getattr(error, 'status', '')} {getattr(error, 'body', '')}" for error in errors]
     assert result.task_state("train") == "success"
     summary = result.xcom("train")
     conditions = {c["type"]: c["status"] for c in summary["conditions"]}
