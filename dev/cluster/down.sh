@@ -46,9 +46,10 @@ for supervisor in "$PID_DIR"/*.supervisor.pid; do
   fi
   rm -f "$supervisor"
 done
-stop_group kueue trainer issuer-proxy jobset mpi-operator training-operator node-runner kwok kube-scheduler kube-controller-manager
+stop_group kueue trainer issuer-proxy jobset mpi-operator netns-relay training-operator node-runner kwok kube-scheduler kube-controller-manager
 stop_group kube-apiserver
 stop_group etcd
+if [ -n "$MPI_NETNS" ]; then ip netns delete "$MPI_NETNS" 2>/dev/null || true; fi
 if [ "$DEVCLUSTER_ROLE" = worker ]; then
   # The token, the bridge and the routes below are the manager's, which may still run.
   log "worker down ($stopped process(es) stopped)"

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 LOOPBACK = "127.0.0.1"
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
             writer.write(data)
@@ -58,7 +58,7 @@ def handler(
             return
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-        await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
 
     return handle
 

@@ -68,7 +68,7 @@ DEVCLUSTER_KUEUE_WEBHOOK_PORT="${DEVCLUSTER_KUEUE_WEBHOOK_PORT:-19446}"
 DEVCLUSTER_KUEUE_VISIBILITY_PORT="${DEVCLUSTER_KUEUE_VISIBILITY_PORT:-18085}"
 # mpi-operator's health server always listens on :8080 (not configurable: v0.8.2's
 # cmd/mpi-operator/app/server.go has `healthCheckPort = 8080` and exits if it cannot bind it), which
-# is why the worker cluster runs no mpi-operator.
+# is why the worker's runs in a network namespace of its own (MPI_NETNS below).
 MPI_OPERATOR_HEALTH_PORT=8080
 if [ "$_resolve_worker" = 1 ]; then
   # Every DEVCLUSTER_*_PORT above (the manager's, default or overridden) plus the offset.
@@ -98,7 +98,7 @@ component_version() {
     jobset) echo "$JOBSET_VERSION" ;;
     trainer) echo "$TRAINER_VERSION" ;;
     kueue) echo "$KUEUE_VERSION" ;;
-    node-runner|issuer-proxy) echo "local" ;;
+    node-runner|issuer-proxy|netns-relay) echo "local" ;;
     *) echo "unknown component $1" >&2; return 1 ;;
   esac
 }
@@ -106,7 +106,7 @@ component_version() {
 # The executing node's runner is Python (standard library only) run by the machine's interpreter.
 NODE_RUNNER_PYTHON=/usr/bin/python3
 component_bin() {
-  if [ "$1" = node-runner ] || [ "$1" = issuer-proxy ]; then echo "$NODE_RUNNER_PYTHON"; else echo "$BIN_CACHE/$1-$(component_version "$1")"; fi
+  if [ "$1" = node-runner ] || [ "$1" = issuer-proxy ] || [ "$1" = netns-relay ]; then echo "$NODE_RUNNER_PYTHON"; else echo "$BIN_CACHE/$1-$(component_version "$1")"; fi
 }
 
 ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok training-operator mpi-operator jobset trainer kueue)
@@ -131,13 +131,24 @@ die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok node-runner training-operator mpi-operator jobset issuer-proxy trainer kueue)
 # kwok's two nodes and the executing node (dev/cluster/noderunner)
 NODE_COUNT=3
+# The network namespace mpi-operator runs in: none (the host's) on the manager.
+MPI_NETNS=
 if [ "$DEVCLUSTER_ROLE" = worker ]; then
-  # What MultiKueue dispatches PyTorchJobs to: kwok's two nodes, training-operator, Kueue. No executing
-  # node (its bridge and pod range are the machine's, taken by the manager), no mpi-operator (port 8080),
-  # no JobSet or Trainer (a TrainJob is not dispatched here yet).
-  PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok training-operator kueue)
+  # What MultiKueue dispatches PyTorchJobs and MPIJobs to: kwok's two nodes, training-operator,
+  # mpi-operator, Kueue. No executing node (its bridge and pod range are the machine's, taken by the
+  # manager), no JobSet or Trainer (a TrainJob is not dispatched here yet). mpi-operator runs in the
+  # network namespace MPI_NETNS, where its fixed :8080 is free; netns-relay (netns_relay.py) gives it
+  # the worker's API server on the namespace's 127.0.0.1.
+  PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok training-operator netns-relay mpi-operator kueue)
   NODE_COUNT=2
+  MPI_NETNS="${DEVCLUSTER_MPI_NETNS:-disttrain-worker-mpi}"
 fi
+# in_mpi_netns COMMAND...: runs COMMAND in mpi-operator's network namespace (here, on the manager).
+in_mpi_netns() {
+  if [ -n "$MPI_NETNS" ]; then ip netns exec "$MPI_NETNS" "$@"; else "$@"; fi
+}
+# mpi-operator's health check, on its :8080 in its own namespace.
+mpi_operator_healthy() { in_mpi_netns curl -sf --max-time 2 "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"; }
 # has_process NAME: whether this cluster's role runs NAME
 has_process() { [[ " ${PROCESSES[*]} " == *" $1 "* ]]; }
 EXEC_NODE=disttrain-exec-0
@@ -171,10 +182,10 @@ port_in_use() {
 }
 
 # The readiness endpoint of every controller up.sh starts after kwok (JobSet,
-# Trainer and Kueue report ready only once their webhook server serves).
+# Trainer and Kueue report ready only once their webhook server serves); mpi-operator's is checked
+# by mpi_operator_healthy (in its namespace).
 controller_ready_urls() {
   echo "http://127.0.0.1:$DEVCLUSTER_TRAINING_OPERATOR_HEALTH_PORT/readyz"
-  if has_process mpi-operator; then echo "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"; fi
   if has_process jobset; then echo "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"; fi
   if has_process trainer; then echo "http://127.0.0.1:$DEVCLUSTER_TRAINER_HEALTH_PORT/readyz"; fi
   echo "http://127.0.0.1:$DEVCLUSTER_KUEUE_HEALTH_PORT/readyz"
@@ -192,6 +203,7 @@ install_files() {
 controllers_ready() {
   local u
   for u in $(controller_ready_urls); do curl -sf --max-time 2 "$u" >/dev/null || return 1; done
+  if has_process mpi-operator; then mpi_operator_healthy >/dev/null || return 1; fi
 }
 
 apiserver_ready() {

@@ -99,11 +99,14 @@ start() {
 # would. mpi-operator needs it: its leader election is always on and it exits (by design) when it
 # cannot renew its lease, e.g. while the API server restarts. The pid file always names the running
 # binary; the supervising shell's pid goes to NAME.supervisor.pid (down.sh stops it first).
+# With NETNS set, the supervisor and the process run in that network namespace (ip netns exec).
 supervise() {
   local name="$1"; shift
   local bin; bin="$(component_bin "$name")"
+  local netns=()
+  if [ -n "${NETNS:-}" ]; then netns=(ip netns exec "$NETNS"); fi
   : >"$LOG_DIR/$name.log"
-  (close_inherited_fds; PIDFILE="$PID_DIR/$name.pid" exec setsid bash -c '
+  (close_inherited_fds; PIDFILE="$PID_DIR/$name.pid" exec "${netns[@]}" setsid bash -c '
     trap "kill \$child 2>/dev/null; exit 0" TERM
     while :; do
       "$@" & child=$!
@@ -324,8 +327,20 @@ MY_POD_NAMESPACE=kubeflow KUBECONFIG="$PKI_DIR/training-operator.kubeconfig" sta
   --enable-scheme paddlejob --enable-scheme jaxjob \
   --pytorch-init-container-template-file "$CLUSTER_SRC_DIR/pytorch-init-container.yaml" \
   --leader-elect=false
+if has_process netns-relay; then
+  # mpi-operator's own network namespace (MPI_NETNS in lib.sh): loopback only, with the worker's API
+  # server relayed onto its 127.0.0.1 (a namespace left by a killed run is replaced).
+  ip netns delete "$MPI_NETNS" 2>/dev/null || true
+  ip netns add "$MPI_NETNS" && ip -n "$MPI_NETNS" link set lo up || die "cannot create network namespace $MPI_NETNS"
+  start netns-relay "$CLUSTER_SRC_DIR/netns_relay.py" "/run/netns/$MPI_NETNS" "$DEVCLUSTER_APISERVER_PORT"
+  relayed_apiserver_ready() {
+    in_mpi_netns curl -sf --max-time 3 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" \
+      "https://127.0.0.1:$DEVCLUSTER_APISERVER_PORT/readyz"
+  }
+  wait_for netns-relay "the API server relayed into network namespace $MPI_NETNS" relayed_apiserver_ready
+fi
 if has_process mpi-operator; then
-  KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" supervise mpi-operator \
+  NETNS="$MPI_NETNS" KUBECONFIG="$PKI_DIR/mpi-operator.kubeconfig" supervise mpi-operator \
     --kubeConfig "$PKI_DIR/mpi-operator.kubeconfig" \
     --lock-namespace mpi-operator \
     --monitoring-port 0 \
@@ -388,7 +403,7 @@ wait_for training-operator "training-operator /readyz" http_ok "http://127.0.0.1
 wait_for training-operator "training-operator pytorchjob controller workers" log_has training-operator 'Starting workers.*pytorchjob'
 if has_process mpi-operator; then
   wait_for mpi-operator "mpi-operator workers started" log_has mpi-operator 'Started workers'
-  wait_for mpi-operator "mpi-operator /healthz" http_ok "http://127.0.0.1:$MPI_OPERATOR_HEALTH_PORT/healthz"
+  wait_for mpi-operator "mpi-operator /healthz${MPI_NETNS:+ (in network namespace $MPI_NETNS)}" mpi_operator_healthy
 fi
 if has_process trainer; then
   wait_for jobset "JobSet controller /readyz (webhook serving)" http_ok "http://127.0.0.1:$DEVCLUSTER_JOBSET_HEALTH_PORT/readyz"

@@ -59,11 +59,42 @@ def test_worker_shifts_every_port_and_lives_in_its_own_directory(tmp_path: Path)
     assert got["DEVCLUSTER_DIR"] == str(tmp_path / "worker")
     assert got["MANAGER_DIR"] == str(tmp_path)
     assert got["MANAGER_APISERVER_PORT"] == "6443"
-    # No executing node (the machine's bridge is the manager's), no mpi-operator (its port 8080 is fixed).
+    # No executing node (the machine's bridge is the manager's); mpi-operator behind its namespace's relay.
     assert got["PROCESSES"].split() == [
-        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "training-operator", "kueue",
+        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "training-operator",
+        "netns-relay", "mpi-operator", "kueue",
     ]  # fmt: skip
     assert got["NODE_COUNT"] == "2"
+
+
+def health_checks(state_dir: Path, **env: str) -> list[str]:
+    """The commands mpi_operator_healthy, then controllers_ready, run (`ip` and `curl` stubbed to record
+    them: controllers_ready discards their output)."""
+    calls = state_dir / "calls"
+    stubs = f'ip() {{ echo ip "$@" >>{calls}; }}; curl() {{ echo curl "$@" >>{calls}; }}; '
+    bash(stubs + f"mpi_operator_healthy; echo --- >>{calls}; controllers_ready", state_dir, **env)
+    return calls.read_text().splitlines()
+
+
+HOST_HEALTH = "curl -sf --max-time 2 http://127.0.0.1:8080/healthz"
+
+
+def test_the_managers_mpi_operator_is_checked_on_the_hosts_port_8080(tmp_path: Path) -> None:
+    got = health_checks(tmp_path)
+    assert got[:2] == [HOST_HEALTH, "---"]
+    assert HOST_HEALTH in got[2:]
+    assert not any(line.startswith("ip ") for line in got)
+
+
+def test_the_workers_mpi_operator_is_checked_on_port_8080_in_its_own_network_namespace(tmp_path: Path) -> None:
+    got = health_checks(tmp_path, DEVCLUSTER_ROLE="worker")
+    health = f"ip netns exec disttrain-worker-mpi {HOST_HEALTH}"
+    assert got[:2] == [health, "---"]
+    # controllers_ready checks it there too, never on the host's 8080 (the manager's mpi-operator).
+    assert health in got[2:]
+    assert HOST_HEALTH not in got
+    named = bash('echo "$MPI_NETNS"', tmp_path, DEVCLUSTER_ROLE="worker", DEVCLUSTER_MPI_NETNS="elsewhere-mpi")
+    assert named.strip() == "elsewhere-mpi"
 
 
 def test_worker_follows_the_managers_overridden_ports_and_its_own_offset_and_directory(tmp_path: Path) -> None:
