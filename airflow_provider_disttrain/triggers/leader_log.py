@@ -67,7 +67,7 @@ class LeaderLog:
         from airflow_provider_disttrain.hooks.watch_registry import registry
 
         job_cluster = subscription.watch.cluster
-        self.dispatch = dispatch = await self._dispatched(job, subscription)
+        self.dispatch = dispatch = await find_dispatch(self.ref, self.workers, job, subscription, self.log)
         if dispatch is None:
             await self._follow(job_cluster, subscription, job_cluster)
         elif not dispatch.mapped:
@@ -91,24 +91,27 @@ class LeaderLog:
         )
         await self._follower.run()
 
-    async def _dispatched(self, job: Mapping[str, Any], subscription: Subscription) -> Dispatch | None:
-        """The worker cluster of a job Kueue queues, from its Workload (one LIST on the manager's shared
-        client); None for a job without a queue, and when the Workload cannot be read (logged)."""
-        from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
 
-        uid = self.ref.uid or (job.get("metadata") or {}).get("uid")
-        if queue_name(job) is None or not uid:
-            return None
-        try:
-            async with subscription.watch.cluster.short_request() as (api, _):
-                workload = await AsyncJobClient(api).find_workload(self.ref.namespace, str(uid))
-        except Exception as error:
-            self.log.warning(
-                "Could not read the Kueue Workload of %s to find its worker cluster (%s); following its log "
-                "on the job's own cluster",
-                self.ref.title,
-                describe_error(error),
-            )
-            return None
-        cluster = dispatched_to(workload)
-        return self.workers.resolve(cluster) if cluster is not None else None
+async def find_dispatch(
+    ref: JobRef, workers: WorkerClusters, job: Mapping[str, Any], subscription: Subscription, log: Any
+) -> Dispatch | None:
+    """The worker cluster of a job Kueue queues, from its Workload (one LIST on the manager's shared
+    client); None for a job without a queue, and when the Workload cannot be read (logged)."""
+    from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
+
+    uid = ref.uid or (job.get("metadata") or {}).get("uid")
+    if queue_name(job) is None or not uid:
+        return None
+    try:
+        async with subscription.watch.cluster.short_request() as (api, _):
+            workload = await AsyncJobClient(api).find_workload(ref.namespace, str(uid))
+    except Exception as error:
+        log.warning(
+            "Could not read the Kueue Workload of %s to find its worker cluster (%s); reading its pods "
+            "on the job's own cluster",
+            ref.title,
+            describe_error(error),
+        )
+        return None
+    cluster = dispatched_to(workload)
+    return workers.resolve(cluster) if cluster is not None else None
