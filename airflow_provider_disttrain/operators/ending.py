@@ -160,7 +160,7 @@ class JobEnding:
             )
         elif hook_of_pods is not None and not logs_forwarded:
             forwarder = LogForwarder(hook_of_pods, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
-            if self.stream_logs:
+            if self.stream_logs or (dispatch is not None and dispatch.mapped):  # a worker's: the trigger followed it
                 self._resume_after_streamed_lines(forwarder)
             forwarder.forward(pods)
         identity, cleanup = self.identity, self.cleanup

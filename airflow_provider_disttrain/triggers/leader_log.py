@@ -31,9 +31,21 @@ class LeaderLog:
     """Follows the leader's log of one trigger's job from ``start`` until ``end``."""
 
     def __init__(
-        self, ref: JobRef, kind: JobKind, workers: WorkerClusters, log: Any, *, bytes_per_second: int, clock: Clock
+        self,
+        ref: JobRef,
+        kind: JobKind,
+        workers: WorkerClusters,
+        log: Any,
+        *,
+        bytes_per_second: int,
+        clock: Clock,
+        own: bool = True,
     ) -> None:
         self.ref = ref
+        self.own = own
+        """Whether a job on its own cluster is followed too (``stream_logs``). A dispatched job's log always
+        is: Kueue deletes the worker's pods before the job ends, and their logs with them, so the task's
+        ending could copy nothing after the deferral."""
         self.kind = kind
         self.workers = workers
         self.log = log
@@ -69,7 +81,8 @@ class LeaderLog:
         job_cluster = subscription.watch.cluster
         self.dispatch = dispatch = await find_dispatch(self.ref, self.workers, job, subscription, self.log)
         if dispatch is None:
-            await self._follow(job_cluster, subscription, job_cluster)
+            if self.own:
+                await self._follow(job_cluster, subscription, job_cluster)
         elif not dispatch.mapped:
             self.log.warning("%s", dispatch.note(self.ref.title))
         else:

@@ -371,13 +371,14 @@ class TrainingJobTrigger(BaseTrigger):
             return None
 
     def _follow_logs(self, view: JobView, subscription: Subscription) -> None:
-        """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends),
-        where its pods run (``leader_log``: a MultiKueue worker's)."""
-        if not self.stream_logs or self._leader_log is not None or view.state is not JobState.RUNNING:
-            return
+        """With ``stream_logs``, or a worker cluster mapped, start following the leader's log once the job runs
+        (until the trigger ends), where its pods run (``leader_log``: a MultiKueue worker's, always followed)."""
         workers, rate = WorkerClusters.from_dict(self.worker_clusters), self.stream_logs_bytes_per_second
-        kind, clock = get_job_kind(self.kind), self._clock()
-        self._leader_log = LeaderLog(self.ref, kind, workers, self.log, bytes_per_second=rate, clock=clock)
+        wanted = self.stream_logs or workers.maps_any
+        if not wanted or self._leader_log is not None or view.state is not JobState.RUNNING:
+            return
+        kind, clock, own = get_job_kind(self.kind), self._clock(), self.stream_logs
+        self._leader_log = LeaderLog(self.ref, kind, workers, self.log, bytes_per_second=rate, clock=clock, own=own)
         self._leader_log.start(view.job or {}, subscription)
 
     async def _stop_following_logs(self, save: bool = True) -> None:
