@@ -22,6 +22,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,9 @@ CLIENT_TIMEOUT_MARGIN_SECONDS = 30.0
 """Beyond ``WATCH_SECONDS``, how long the client waits on a silent watch before it gives it up."""
 MIN_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 30.0
+HEALTHY_WATCH_SECONDS = 5.0
+"""A watch the server ended sooner than this counts as a failure for the backoff: else a server (or proxy)
+that ends every watch at once would be asked again in a hot loop."""
 
 
 def backoff(failures: int) -> float:
@@ -113,7 +117,7 @@ class PodWatchThread:
 
         failures = 0
         while not self._stopped.is_set():
-            stream = watch.Watch()
+            started, stream = time.monotonic(), watch.Watch()
             options: dict[str, Any] = {
                 "label_selector": self.selector,
                 "timeout_seconds": WATCH_SECONDS,
@@ -126,11 +130,11 @@ class PodWatchThread:
                     self._watched.apply({"type": event.get("type"), "object": event.get("raw_object")}, self.title)
                     if self._stopped.is_set():
                         stream.stop()
-                failures = 0
             except Exception as error:
-                failures += 1
                 self._watched.failed(error)
                 log.debug("Watching the pods of %s failed (%r); again in a moment", self.title, error)
+            failures = 0 if time.monotonic() - started >= HEALTHY_WATCH_SECONDS else failures + 1
+            if failures:
                 self._stopped.wait(backoff(failures))
 
 
@@ -147,17 +151,18 @@ class PodWatchTask:
 
     async def run(self, cluster: ClusterClient) -> None:
         """Watch until cancelled."""
-        failures = 0
+        failures, loop = 0, asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
                 await self._watch_once(cluster)
-                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                failures += 1
                 self._watched.failed(error)
                 log.debug("Watching the pods of %s failed (%r); again in a moment", self.title, error)
+            failures = 0 if loop.time() - started >= HEALTHY_WATCH_SECONDS else failures + 1
+            if failures:
                 await asyncio.sleep(backoff(failures))
 
     async def _watch_once(self, cluster: ClusterClient) -> None:

@@ -37,10 +37,7 @@ FINISHED = "2024-05-01T10:01:40Z"  # 100 s later
 
 def finished_pod(*, succeeded: bool) -> dict[str, Any]:
     """The leader's pod as the worker's last MODIFIED event shows it (terminated, with its start and end)."""
-    if succeeded:
-        done = {"reason": "Completed", "exitCode": 0, "message": json.dumps(METRICS)}
-    else:
-        done = dict(OOM_KILLED)
+    done = {"reason": "Completed", "exitCode": 0, "message": json.dumps(METRICS)} if succeeded else dict(OOM_KILLED)
     done.update(startedAt=STARTED, finishedAt=FINISHED)
     pod = make_pod("train-abc", "master", 0, phase="Succeeded" if succeeded else "Failed", terminated=done)
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
