@@ -65,6 +65,7 @@ class _Watched:
         self.resource_version: str | None = None
         self._lock = threading.Lock()
         self._said_overflow = False
+        self._said_denied = False
 
     def apply(self, event: Mapping[str, Any], title: str) -> None:
         obj = event.get("object") or {}
@@ -80,10 +81,20 @@ class _Watched:
             self._said_overflow = True
             log.warning("%s: more than %d pods; the later ones are not kept", title, self.snapshot.max_pods)
 
-    def failed(self, error: BaseException) -> None:
-        """After a broken watch: a 410 (or any relist fault) watches from the start again."""
-        if classify(error).action is Action.RELIST:
+    def failed(self, error: BaseException, title: str) -> None:
+        """After a broken watch: a 410 (or any relist fault) watches from the start again; a 403 is said
+        once (a Role without ``watch`` on pods: the ending then reads only what the cluster still lists)."""
+        action = classify(error).action
+        if action is Action.RELIST:
             self.resource_version = None
+        elif action is Action.DENIED and not self._said_denied:
+            self._said_denied = True
+            log.warning(
+                "Cannot watch the pods of %s (%r): the connection's Role needs 'watch' on pods to keep their last "
+                "states, which a MultiKueue worker deletes before the job ends",
+                title,
+                error,
+            )
 
     def pods(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -131,7 +142,7 @@ class PodWatchThread:
                     if self._stopped.is_set():
                         stream.stop()
             except Exception as error:
-                self._watched.failed(error)
+                self._watched.failed(error, self.title)
                 log.debug("Watching the pods of %s failed (%r); again in a moment", self.title, error)
             failures = 0 if time.monotonic() - started >= HEALTHY_WATCH_SECONDS else failures + 1
             if failures:
@@ -159,7 +170,7 @@ class PodWatchTask:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                self._watched.failed(error)
+                self._watched.failed(error, self.title)
                 log.debug("Watching the pods of %s failed (%r); again in a moment", self.title, error)
             failures = 0 if loop.time() - started >= HEALTHY_WATCH_SECONDS else failures + 1
             if failures:
