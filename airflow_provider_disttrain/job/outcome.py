@@ -11,7 +11,7 @@ and ``state`` are the last look at the job, which says nothing of how it is doin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -46,6 +46,9 @@ class Outcome:
     message: str
     state: str | None = None
     job: Mapping[str, Any] | None = None
+    pods: Sequence[Mapping[str, Any]] | None = None
+    """The job's pods as a watch kept them while it ran (``pods.snapshot``, trimmed and bounded), for a
+    job whose pods the cluster deletes before the wait ends (MultiKueue's worker); None: none kept."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -66,6 +69,8 @@ class Outcome:
             "state": self.state,
             "message": self.message,
             "job": dict(self.job) if self.job is not None else None,
+            # Only when kept: an older task reading this event ignores a key it does not know.
+            **({"pods": [dict(pod) for pod in self.pods]} if self.pods else {}),
         }
 
     @classmethod

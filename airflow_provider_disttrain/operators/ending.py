@@ -25,7 +25,7 @@ from airflow_provider_disttrain.exceptions import (
     TrainingJobError,
     classed_error,
 )
-from airflow_provider_disttrain.failures.diagnostics import Evidence
+from airflow_provider_disttrain.failures.diagnostics import Evidence, event_objects, logs_to_read
 from airflow_provider_disttrain.failures.failure_class import FailureCause, FailureClass, diagnose
 from airflow_provider_disttrain.hooks.worker_cluster import (
     confirm_worker_copy_gone,
@@ -46,6 +46,7 @@ from airflow_provider_disttrain.parameters import CleanupPolicy
 from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION, decode_position
 from airflow_provider_disttrain.pods.logs import LogForwarder
 from airflow_provider_disttrain.pods.metrics import combined_metrics, leader_metrics
+from airflow_provider_disttrain.pods.snapshot import gone, with_kept
 from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
 
@@ -148,7 +149,7 @@ class JobEnding:
         dispatch = self._dispatch(workload) if other_uid is None else None
         hook_of_pods = pods_hook(hook, dispatch)
         # A success lists the pods, for the leader's metrics and (deferred) its logs (one list serves both).
-        pods = self._final_pods(hook_of_pods) if status == outcomes.SUCCESS else None
+        pods = self._final_pods(hook_of_pods, outcome.pods) if status == outcomes.SUCCESS else None
         if other_uid is not None:
             self.log.warning(
                 "%s now names another job (uid %s, this task's was %s): this task's job is gone; the other's "
@@ -159,7 +160,7 @@ class JobEnding:
             )
         elif hook_of_pods is not None and not logs_forwarded:
             forwarder = LogForwarder(hook_of_pods, self.kind, ref.name, ref.namespace, self.log_replicas, self.log)
-            if self.stream_logs:
+            if self.stream_logs or (dispatch is not None and dispatch.mapped):  # a worker's: the trigger followed it
                 self._resume_after_streamed_lines(forwarder)
             forwarder.forward(pods)
         identity, cleanup = self.identity, self.cleanup
@@ -184,6 +185,7 @@ class JobEnding:
         held: Usage | None = None  # what a failed or timed-out job's pods held
         if other_uid is None:
             evidence = hook_of_pods.collect_evidence(ref, logger=self.log) if hook_of_pods is not None else Evidence()
+            evidence = self._with_kept_pods(evidence, hook_of_pods, outcome.pods)
             message, cause = diagnosis(hook_of_pods, ref, outcome, job, self.log, evidence)
             if dispatch is not None:
                 message += f"\n{dispatch.note(ref.title)}"
@@ -323,15 +325,43 @@ class JobEnding:
             return ""
         return "\n" + confirm_worker_copy_gone(worker, self.ref, dispatch.cluster, self.clock)
 
-    def _final_pods(self, hook: TrainingJobHook | None) -> list[dict[str, Any]] | None:
+    def _final_pods(
+        self, hook: TrainingJobHook | None, kept: Sequence[Mapping[str, Any]] | None
+    ) -> list[dict[str, Any]] | None:
+        """The job's pods now, with those the wait's watch kept that are gone since (``Outcome.pods``:
+        MultiKueue deletes a worker's pods before the manager's job ends), said in the log."""
         ref = self.ref
         if hook is None:
             return None
         try:
-            return hook.list_job_pods(ref.name, ref.namespace, kind=self.kind)
+            listed: list[dict[str, Any]] | None = hook.list_job_pods(ref.name, ref.namespace, kind=self.kind)
         except Exception as error:  # metrics and logs are a courtesy: the job succeeded
             self.log.warning("Could not list the pods of %s (no metrics in the result): %r", ref.title, error)
-            return None
+            listed = None
+        if missing := gone(listed, kept):
+            self.log.info("%s: pods gone from the cluster, read as the wait last saw them: %s", ref.title, missing)
+        return with_kept(listed, kept)
+
+    def _with_kept_pods(
+        self, evidence: Evidence, hook: TrainingJobHook | None, kept: Sequence[Mapping[str, Any]] | None
+    ) -> Evidence:
+        """A failure's ``evidence`` with the pods the wait's watch kept that are gone since (MultiKueue
+        deleted them on the worker): their last states, the Warning events about them (events outlive
+        their pods), and in place of a failing container's lines, that its log went with its pod."""
+        if hook is None or not (missing := gone(evidence.pods, kept)):
+            return evidence
+        ref, kind = self.ref, get_job_kind(self.ref.kind)
+        pods = tuple(with_kept(evidence.pods, kept) or ())
+        try:
+            events = tuple(hook.list_warning_events(ref.namespace, event_objects(kind, ref.name, pods)))
+        except Exception as error:  # the kept pods' states still explain more than nothing
+            self.log.warning("Could not read the Warning events of %s: %r", ref.title, error)
+            events = evidence.events
+        tails = dict(evidence.log_tails)
+        for pod_name, _container, _previous in logs_to_read(pods):
+            if pod_name in missing:
+                tails[pod_name] = "(no log: the pod was deleted with the job's copy on its cluster, by Kueue)"
+        return Evidence(pods, events, tails)
 
     def _kueue_record(self, workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """What Kueue did to the job (evictions, seconds queued and admitted), from its Workload."""

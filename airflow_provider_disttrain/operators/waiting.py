@@ -23,6 +23,7 @@ from airflow_provider_disttrain.job.status import JobState
 from airflow_provider_disttrain.job.step import Wake, step
 from airflow_provider_disttrain.job.view import JobView
 from airflow_provider_disttrain.pods.logs import LogForwarder
+from airflow_provider_disttrain.pods.pod_watch import PodWatchThread
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
@@ -100,42 +101,55 @@ def poll_until_over(
     view: JobView | None = None
     last_seen_at: float | None = None
     located = worker_clusters is None or not worker_clusters.maps_any  # where the pods run is known (or moot)
+    # On a MultiKueue worker, a watch keeps the pods' last states: Kueue deletes them before the manager's
+    # job ends (``pods.snapshot``). Stopped, and what it kept handed to the ending, when the wait is over.
+    pod_watch: PodWatchThread | None = None
 
     def read() -> tuple[dict[str, Any] | None, str | None]:
         job = hook.get_job(ref.kind, ref.name, ref.namespace)
         forwarder.forward()  # never raises: logs are a courtesy
         return job, kueue.observe(job)
 
-    while True:
-        reading_since = clock.wall()
-        try:
-            job, waiting_reason = _ride_out_outages(read, api_failure_tolerance, poll_interval, ref, log, clock)
-        except Exception as error:
-            if classify(error).action is not Action.RETRY:
-                raise
-            waited, seen_at = clock.wall() - reading_since, reading_since if last_seen_at is None else last_seen_at
-            last_job = view.job if view is not None else None
-            return lost_contact(ref, last_job, waited=waited, last_contact=seen_at, error=describe_error(error))
-        last_seen_at = clock.wall()
-        view = JobView.observe(
-            ref, job, previous=view, waiting_reason=waiting_reason, never_admitted=kueue.never_admitted
-        )
-        now = clock.wall()
-        moved = step(view, deadlines, now)
-        if not located and (view.state is JobState.RUNNING or not isinstance(moved, Wake)):
-            assert worker_clusters is not None
-            located = True
-            forwarder.hook = pods_hook(hook, locate(queued_workload(hook, ref, job, log), worker_clusters, ref, log))
-        if not isinstance(moved, Wake):
-            forwarder.forward()
-            return moved
-        if refusal_looks.due(job, now) and (words := read_refusal(hook, kind, ref, job, log)):
-            return refused(ref, job or {}, words)
-        if view.state != last_state:
-            log.info("%s is %s", ref.title, view.describe())
-            last_state = view.state
-        remaining = moved.seconds_from(now)
-        clock.sleep_sync(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
+    try:
+        while True:
+            reading_since = clock.wall()
+            try:
+                job, waiting_reason = _ride_out_outages(read, api_failure_tolerance, poll_interval, ref, log, clock)
+            except Exception as error:
+                if classify(error).action is not Action.RETRY:
+                    raise
+                waited, seen_at = clock.wall() - reading_since, reading_since if last_seen_at is None else last_seen_at
+                last_job = view.job if view is not None else None
+                return lost_contact(ref, last_job, waited=waited, last_contact=seen_at, error=describe_error(error))
+            last_seen_at = clock.wall()
+            view = JobView.observe(
+                ref, job, previous=view, waiting_reason=waiting_reason, never_admitted=kueue.never_admitted
+            )
+            now = clock.wall()
+            moved = step(view, deadlines, now)
+            if not located and (view.state is JobState.RUNNING or not isinstance(moved, Wake)):
+                assert worker_clusters is not None
+                located = True
+                forwarder.hook = pods_hook(
+                    hook, locate(queued_workload(hook, ref, job, log), worker_clusters, ref, log)
+                )
+                if forwarder.hook is not None and forwarder.hook is not hook:
+                    pod_watch = PodWatchThread(forwarder.hook, kind, ref.name, ref.namespace, ref.title).start()
+            if not isinstance(moved, Wake):
+                forwarder.forward()
+                if pod_watch is not None and (kept := pod_watch.stop()):
+                    moved = {**moved, "pods": kept}
+                return moved
+            if refusal_looks.due(job, now) and (words := read_refusal(hook, kind, ref, job, log)):
+                return refused(ref, job or {}, words)
+            if view.state != last_state:
+                log.info("%s is %s", ref.title, view.describe())
+                last_state = view.state
+            remaining = moved.seconds_from(now)
+            clock.sleep_sync(poll_interval if remaining is None else min(poll_interval, remaining + 0.1))
+    finally:  # a refusal, a lost contact or an error: the watch ends with the wait
+        if pod_watch is not None:
+            pod_watch.stop()
 
 
 def _ride_out_outages(

@@ -31,9 +31,21 @@ class LeaderLog:
     """Follows the leader's log of one trigger's job from ``start`` until ``end``."""
 
     def __init__(
-        self, ref: JobRef, kind: JobKind, workers: WorkerClusters, log: Any, *, bytes_per_second: int, clock: Clock
+        self,
+        ref: JobRef,
+        kind: JobKind,
+        workers: WorkerClusters,
+        log: Any,
+        *,
+        bytes_per_second: int,
+        clock: Clock,
+        own: bool = True,
     ) -> None:
         self.ref = ref
+        self.own = own
+        """Whether a job on its own cluster is followed too (``stream_logs``). A dispatched job's log always
+        is: Kueue deletes the worker's pods before the job ends, and their logs with them, so the task's
+        ending could copy nothing after the deferral."""
         self.kind = kind
         self.workers = workers
         self.log = log
@@ -67,9 +79,10 @@ class LeaderLog:
         from airflow_provider_disttrain.hooks.watch_registry import registry
 
         job_cluster = subscription.watch.cluster
-        self.dispatch = dispatch = await self._dispatched(job, subscription)
+        self.dispatch = dispatch = await find_dispatch(self.ref, self.workers, job, subscription, self.log)
         if dispatch is None:
-            await self._follow(job_cluster, subscription, job_cluster)
+            if self.own:
+                await self._follow(job_cluster, subscription, job_cluster)
         elif not dispatch.mapped:
             self.log.warning("%s", dispatch.note(self.ref.title))
         else:
@@ -91,24 +104,27 @@ class LeaderLog:
         )
         await self._follower.run()
 
-    async def _dispatched(self, job: Mapping[str, Any], subscription: Subscription) -> Dispatch | None:
-        """The worker cluster of a job Kueue queues, from its Workload (one LIST on the manager's shared
-        client); None for a job without a queue, and when the Workload cannot be read (logged)."""
-        from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
 
-        uid = self.ref.uid or (job.get("metadata") or {}).get("uid")
-        if queue_name(job) is None or not uid:
-            return None
-        try:
-            async with subscription.watch.cluster.short_request() as (api, _):
-                workload = await AsyncJobClient(api).find_workload(self.ref.namespace, str(uid))
-        except Exception as error:
-            self.log.warning(
-                "Could not read the Kueue Workload of %s to find its worker cluster (%s); following its log "
-                "on the job's own cluster",
-                self.ref.title,
-                describe_error(error),
-            )
-            return None
-        cluster = dispatched_to(workload)
-        return self.workers.resolve(cluster) if cluster is not None else None
+async def find_dispatch(
+    ref: JobRef, workers: WorkerClusters, job: Mapping[str, Any], subscription: Subscription, log: Any
+) -> Dispatch | None:
+    """The worker cluster of a job Kueue queues, from its Workload (one LIST on the manager's shared
+    client); None for a job without a queue, and when the Workload cannot be read (logged)."""
+    from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
+
+    uid = ref.uid or (job.get("metadata") or {}).get("uid")
+    if queue_name(job) is None or not uid:
+        return None
+    try:
+        async with subscription.watch.cluster.short_request() as (api, _):
+            workload = await AsyncJobClient(api).find_workload(ref.namespace, str(uid))
+    except Exception as error:
+        log.warning(
+            "Could not read the Kueue Workload of %s to find its worker cluster (%s); reading its pods "
+            "on the job's own cluster",
+            ref.title,
+            describe_error(error),
+        )
+        return None
+    cluster = dispatched_to(workload)
+    return workers.resolve(cluster) if cluster is not None else None

@@ -46,6 +46,7 @@ from airflow_provider_disttrain.triggers.stored_kwargs import (
     stored_values,
     warn_newer_kwargs,
 )
+from airflow_provider_disttrain.triggers.worker_pods import WorkerPods
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import Clock
@@ -96,7 +97,8 @@ class TrainingJobTrigger(BaseTrigger):
     :param stream_logs: follow the leader pod's log into this trigger's log while the job runs.
     :param stream_logs_bytes_per_second: at most this much of that log is written per second.
     :param worker_clusters: ``kueue.dispatch.WorkerClusters.to_dict()``: the connections of the MultiKueue
-        worker clusters, where a dispatched job's leader log is followed (``leader_log``).
+        worker clusters, where a dispatched job's leader log is followed (``leader_log``) and its pods kept
+        (``worker_pods``: Kueue deletes them before the job ends; the event carries them).
     :param kubernetes_conn_id: stored rows of provider versions before ``connection`` (never written now),
         like ``cluster_context``, ``config_dict`` (a shipped kubeconfig) and ``connection_extras``.
     :param newer_kwargs: first, the keys of rows stored before the values above travelled whole, each
@@ -159,6 +161,7 @@ class TrainingJobTrigger(BaseTrigger):
         self._view: JobView | None = None  # the last look at the job: what it saw run stays run
         self._wake = Wake(None)  # when the next deadline passes, from the last step (``job.step``)
         self._leader_log: LeaderLog | None = None
+        self._worker_pods = WorkerPods(self.ref, self.worker_clusters, self.log)  # a MultiKueue worker's pods
         self._workload = WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
@@ -223,12 +226,14 @@ class TrainingJobTrigger(BaseTrigger):
             outcome = make_outcome(self.ref, ERROR, f"watching {self.ref.title} failed: {error!r}")
             ended = True
         finally:
-            # Also when the triggerer cancels the trigger (cleared, marked failed, moved, deferral
-            # timeout): nothing it started may outlive it. A cancelled follower records no position:
-            # the one saved at most SAVE_EVERY_SECONDS ago lets the next trigger read on.
+            # Also when the triggerer cancels the trigger (cleared, marked failed, moved, deferral timeout):
+            # nothing it started may outlive it. A cancelled follower records no position: the one saved
+            # at most SAVE_EVERY_SECONDS ago lets the next trigger read on.
             await self._stop_following_logs(save=ended)
+            kept = await self._worker_pods.end()
             await self._workload.stop()
             telemetry.census.forget(self._census_key)
+        outcome = {**outcome, "pods": kept} if kept else outcome
         if (early := SETTLE_SECONDS - (clock.monotonic() - started)) > 0:
             await clock.sleep(early)
         yield TriggerEvent(outcome)
@@ -325,6 +330,7 @@ class TrainingJobTrigger(BaseTrigger):
         await self._observe_queue(job, subscription)
         view = self._observe(job)
         self._follow_logs(view, subscription)
+        self._worker_pods.start(view, subscription)
         self._report_progress(view)
         return view
 
@@ -365,13 +371,14 @@ class TrainingJobTrigger(BaseTrigger):
             return None
 
     def _follow_logs(self, view: JobView, subscription: Subscription) -> None:
-        """With ``stream_logs``, start following the leader's log once the job runs (until the trigger ends),
-        where its pods run (``leader_log``: a MultiKueue worker's)."""
-        if not self.stream_logs or self._leader_log is not None or view.state is not JobState.RUNNING:
-            return
+        """With ``stream_logs``, or a worker cluster mapped, start following the leader's log once the job runs
+        (until the trigger ends), where its pods run (``leader_log``: a MultiKueue worker's, always followed)."""
         workers, rate = WorkerClusters.from_dict(self.worker_clusters), self.stream_logs_bytes_per_second
-        kind, clock = get_job_kind(self.kind), self._clock()
-        self._leader_log = LeaderLog(self.ref, kind, workers, self.log, bytes_per_second=rate, clock=clock)
+        wanted = self.stream_logs or workers.maps_any
+        if not wanted or self._leader_log is not None or view.state is not JobState.RUNNING:
+            return
+        kind, clock, own = get_job_kind(self.kind), self._clock(), self.stream_logs
+        self._leader_log = LeaderLog(self.ref, kind, workers, self.log, bytes_per_second=rate, clock=clock, own=own)
         self._leader_log.start(view.job or {}, subscription)
 
     async def _stop_following_logs(self, save: bool = True) -> None:
@@ -414,9 +421,8 @@ class TrainingJobTrigger(BaseTrigger):
         fresh = await self._read_quietly(subscription)
         if fresh is not None and (outcome := self._step(self._observe(fresh))):
             return outcome
-        return make_outcome(
-            self.ref, TIMEOUT, f"{self.ref.title} did not finish within the task's execution_timeout", None
-        )
+        message = f"{self.ref.title} did not finish within the task's execution_timeout"
+        return make_outcome(self.ref, TIMEOUT, message, None)
 
     def _next_wake(self, problem: WatchProblem | None, view: JobView | None) -> float | None:
         """Seconds until this trigger must look again even if nothing changes: its next deadline."""
@@ -426,12 +432,9 @@ class TrainingJobTrigger(BaseTrigger):
             # A deadline that passed without ending the wait cannot be judged yet (the watch has not
             # listed the job): wake when the watch changes, never spin.
             remaining = None
-        waits = [
-            remaining,
-            self._progress.seconds_until_due(clock.wall()),
-            self._refusal_looks.seconds_until_due(job, clock.wall()),
-            watch_trouble.seconds_until_judged(problem, self.wait_policy.api_failure_tolerance_seconds, clock),
-        ]
+        due = [self._progress.seconds_until_due(clock.wall()), self._refusal_looks.seconds_until_due(job, clock.wall())]
+        tolerance = self.wait_policy.api_failure_tolerance_seconds
+        waits = [remaining, *due, watch_trouble.seconds_until_judged(problem, tolerance, clock)]
         known = [wait for wait in waits if wait is not None]
         return min(known) if known else None
 
@@ -441,7 +444,5 @@ class TrainingJobTrigger(BaseTrigger):
             return
         self.log.info("Task killed: deleting %s", self.ref.title)
         async with self._hook().job_client() as jobs:
-            await asyncio.wait_for(
-                jobs.delete_job(get_job_kind(self.kind), self.name, self.namespace, self.uid),
-                _KILL_TIMEOUT_SECONDS,
-            )
+            deleted = jobs.delete_job(get_job_kind(self.kind), self.name, self.namespace, self.uid)
+            await asyncio.wait_for(deleted, _KILL_TIMEOUT_SECONDS)

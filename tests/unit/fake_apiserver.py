@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import json
 import uuid
 from collections.abc import Callable, Mapping
@@ -113,6 +114,8 @@ class FakeApiServer:
             "events": [],
         }
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.deleted_pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pod_changes = 0  # bumped by set_pod, so that a pod watch misses no change
         self.core_events: list[dict[str, Any]] = []  # core v1 Events (what a controller records), any namespace
         self.pod_logs: dict[tuple[str, str], list[str]] = {}
         self.ended_logs: set[tuple[str, str]] = set()
@@ -199,6 +202,19 @@ class FakeApiServer:
 
     def add_pod(self, pod: Mapping[str, Any]) -> None:
         self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = copy.deepcopy(dict(pod))
+
+    async def set_pod(self, pod: Mapping[str, Any] | None, namespace: str = "", name: str = "") -> None:
+        """Change a pod (or delete the one named, ``pod`` None): open watches of pods see it at once."""
+        if pod is None:  # a watch's DELETED event carries the pod's final state, as kube-apiserver's does
+            self.deleted_pods[(namespace, name)] = self.pods.pop((namespace, name))
+        else:
+            self.add_pod(pod)
+        self.pod_changes += 1
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _pods_changed_since(self, changes: int) -> bool:
+        return self.pod_changes != changes
 
     async def add_log_lines(self, namespace: str, pod: str, *lines: str) -> None:
         """Append ``"<RFC 3339 time> <text>"`` lines to the pod's log; followers get them at once."""
@@ -405,8 +421,41 @@ class FakeApiServer:
         if refusal := self._refusal(request, "pods"):
             return refusal
         namespace, labels = request.match_info["namespace"], request.query.get("labelSelector", "")
-        items = [pod for (ns, _), pod in sorted(self.pods.items()) if ns == namespace and _matches(pod, labels, "")]
-        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+
+        def current() -> dict[str, dict[str, Any]]:
+            pods = sorted(self.pods.items())
+            return {name: pod for (ns, name), pod in pods if ns == namespace and _matches(pod, labels, "")}
+
+        if request.query.get("watch") not in ("true", "True", "1"):
+            items = list(current().values())
+            return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+        # A watch of pods (from the start only): ADDED, MODIFIED, DELETED as ``set_pod`` changes them.
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        deadline, seen = loop.time() + float(request.query.get("timeoutSeconds", "1800")), {}
+        self.open_watches += 1
+        try:
+            while (left := deadline - loop.time()) > 0:
+                changed, now = functools.partial(self._pods_changed_since, self.pod_changes), current()
+                changes = [
+                    ("DELETED", self.deleted_pods.get((namespace, name), pod))
+                    for name, pod in seen.items()
+                    if name not in now
+                ] + [
+                    ("ADDED" if name not in seen else "MODIFIED", pod)
+                    for name, pod in now.items()
+                    if seen.get(name) != pod
+                ]
+                for event_type, pod in changes:
+                    await response.write(json.dumps({"type": event_type, "object": pod}).encode() + b"\n")
+                seen = copy.deepcopy(now)
+                async with self._changed:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._changed.wait_for(changed), left)
+        finally:
+            self.open_watches -= 1
+        return response
 
     async def _list_events(self, request: web.Request) -> web.Response:
         """Core v1 Events of a namespace, selected by ``type`` and ``involvedObject.name`` as kube-apiserver's

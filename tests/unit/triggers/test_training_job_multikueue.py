@@ -16,10 +16,12 @@ import pytest
 import structlog
 
 from airflow_provider_disttrain.hooks import watch_registry
+from airflow_provider_disttrain.job.outcome import Outcome
 from airflow_provider_disttrain.kueue.dispatch import WorkerClusters
 from airflow_provider_disttrain.kueue.hold import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION
+from airflow_provider_disttrain.pods.snapshot import MAX_MESSAGE_BYTES
 from airflow_provider_disttrain.utils import clock
 from tests.unit.fakes import make_job, make_pod, running_status, succeeded_status
 from tests.unit.triggers.helpers import make_trigger, started
@@ -149,3 +151,45 @@ async def test_an_unmapped_worker_cluster_is_named_and_the_job_still_followed(
     note = next(line for line in lines(logged) if "which no connection maps" in line)
     assert "worker cluster 'worker-1'" in note and "worker_clusters={'worker-1':" in note
     assert worker.requests == []  # nothing was asked of a cluster no connection maps
+
+
+# Kueue deletes the worker's pods as soon as the worker's copy finishes, before the manager's job turns
+# terminal: the trigger keeps their last states (``worker_pods``) and its event carries them.
+
+KEPT_METRICS = {"loss": 0.125}
+
+
+async def test_the_event_carries_the_worker_pods_kueue_deleted_before_the_job_ended(
+    apiserver: Any, worker: Any
+) -> None:
+    await dispatch(apiserver, worker, "train-a", "uid-a")
+    task = await started(
+        make_trigger(apiserver, name="train-a", uid="uid-a", worker_clusters=workers_mapped()), apiserver
+    )
+    await until(lambda: worker.open_watches >= 1)  # the worker's pods are watched
+
+    done = {"reason": "Completed", "exitCode": 0, "message": json.dumps(KEPT_METRICS) + " " * 5000}
+    await worker.set_pod(make_pod("train-a", "master", 0, namespace=NAMESPACE, phase="Succeeded", terminated=done))
+    await worker.set_pod(None, NAMESPACE, "train-a-master-0")  # Kueue deletes the worker's copy
+    await apiserver.put({**apiserver.objects[(NAMESPACE, "pytorchjobs", "train-a")], "status": succeeded_status()})
+    event = await task
+
+    assert event["status"] == "success"
+    (pod,) = Outcome.from_event(json.loads(json.dumps(event))).pods or ()
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert json.loads(terminated["message"]) == KEPT_METRICS  # trimmed to the kubelet's bound, still the metrics
+    assert len(terminated["message"].encode()) == MAX_MESSAGE_BYTES
+    assert pod["metadata"]["name"] == "train-a-master-0" and "image" not in pod["spec"]["containers"][0]
+    await until(lambda: worker.open_watches == 0)  # the watch ended with the trigger
+
+
+async def test_a_job_on_its_own_cluster_keeps_no_pods(apiserver: Any) -> None:
+    await apiserver.put(make_job("train-b", NAMESPACE, uid="uid-b", status=running_status()))
+    apiserver.add_pod(make_pod("train-b", "master", 0, namespace=NAMESPACE))
+    task = await started(make_trigger(apiserver, name="train-b", uid="uid-b"), apiserver)
+    await apiserver.put({**apiserver.objects[(NAMESPACE, "pytorchjobs", "train-b")], "status": succeeded_status()})
+
+    event = await task
+
+    assert event["status"] == "success" and "pods" not in event
+    assert apiserver.queries("pods") == []

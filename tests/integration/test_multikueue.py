@@ -1,0 +1,216 @@
+"""MultiKueue on the local two-cluster environment: the task follows its job to the worker cluster.
+
+``make integration-test`` starts the worker cluster beside the local one (``DEVCLUSTER_WORKER=1``,
+dev/cluster/README.md "Two clusters"): Kueue on the manager dispatches every Workload of the ClusterQueue
+``multikueue`` to the worker ``disttrain-worker``, whose kwok nodes run the pods; the manager's job only
+mirrors the worker's status. Each test gets the LocalQueue ``multikueue`` in its namespace on both
+clusters, and on the worker a service account holding the provider's documented Role, which the Airflow
+connection the operator's ``worker_clusters`` names uses. Through the public operator and the real
+runtime (``dag.test()``), sync and deferred: the result names the worker cluster and carries the
+leader's metrics (its termination message on the worker), the task log has the leader's lines, a
+failure is explained from the worker's pods, and a timeout deletes the job on the manager and Kueue's
+copy on the worker is gone too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.conftest import DEVCLUSTER_DIR, ROLE_FILE, SA_NAME, unique_dag_id
+
+WORKER_KUBECONFIG = DEVCLUSTER_DIR / "worker" / "kubeconfig"
+WORKER = "disttrain-worker"  # the MultiKueueCluster's name (dev/cluster/lib.sh MULTIKUEUE_CLUSTER)
+QUEUE = "multikueue"  # the ClusterQueue with MultiKueue's admission check, and the LocalQueues' name
+WORKER_CLUSTER_QUEUE = "cluster-queue"  # the worker's own ClusterQueue (its kwok nodes' 16 GPUs)
+CONN_ID = "k8s_disttrain_worker"
+METRICS = {"accuracy": 0.93, "loss": 0.125}
+
+DAG = """
+import datetime
+
+import pendulum
+from airflow.sdk import dag
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
+
+
+@dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+def pipeline():
+    PyTorchJobOperator(
+        task_id="train",
+        image="busybox:1.36",
+        command=["python", "train.py"],
+        num_workers=1,
+        gpus_per_replica=1,
+        restart_policy="Never",
+        local_queue={queue!r},
+        worker_clusters={{{worker!r}: {conn_id!r}}},
+        annotations={annotations!r},
+        deferrable={deferrable!r},
+        wait_policy=WaitPolicy(poll_interval=1),
+        execution_timeout={timeout},
+    )
+
+
+pipeline()
+"""
+
+
+@pytest.fixture(scope="session")
+def worker_api() -> Any:
+    """An admin ApiClient of the worker cluster; fails (never skips) when it is not up."""
+    from kubernetes import client, config
+
+    if not WORKER_KUBECONFIG.is_file():
+        pytest.fail(
+            f"{WORKER_KUBECONFIG} not found: start the worker cluster with `make cluster-up DEVCLUSTER_WORKER=1`"
+        )
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(WORKER_KUBECONFIG), client_configuration=configuration)
+    api = client.ApiClient(configuration)
+    try:
+        client.VersionApi(api).get_code()
+    except Exception as error:
+        pytest.fail(f"the worker cluster does not answer ({error!r}): run `make cluster-up DEVCLUSTER_WORKER=1`")
+    return api
+
+
+def _local_queue(custom: Any, namespace: str, cluster_queue: str) -> None:
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": QUEUE},
+        "spec": {"clusterQueue": cluster_queue},
+    }
+    custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "localqueues", body)
+
+
+def _worker_kubeconfig(worker_api: Any, namespace: str, path: Path) -> Path:
+    """A kubeconfig of a service account in ``namespace`` on the worker bound to the documented Role."""
+    from kubernetes import client
+
+    core, rbac = client.CoreV1Api(worker_api), client.RbacAuthorizationV1Api(worker_api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": SA_NAME}})
+    role = yaml.safe_load(ROLE_FILE.read_text())
+    rbac.create_namespaced_role(namespace, role)
+    binding = {
+        "metadata": {"name": SA_NAME},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+        "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": namespace}],
+    }
+    rbac.create_namespaced_role_binding(namespace, binding)
+    token = core.create_namespaced_service_account_token(SA_NAME, namespace, {"spec": {"expirationSeconds": 3600}})
+    cluster = yaml.safe_load(WORKER_KUBECONFIG.read_text())["clusters"][0]["cluster"]
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "worker", "cluster": cluster}],
+        "users": [{"name": SA_NAME, "user": {"token": token.status.token}}],
+        "contexts": [{"name": "provider", "context": {"cluster": "worker", "user": SA_NAME}}],
+        "current-context": "provider",
+    }
+    path.write_text(yaml.safe_dump(kubeconfig))
+    return path
+
+
+@pytest.fixture
+def multikueue(
+    namespace: str, admin_api: Any, worker_api: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """The test's namespace on both clusters with the LocalQueue ``multikueue``, and the worker's connection."""
+    from kubernetes import client
+
+    _local_queue(client.CustomObjectsApi(admin_api), namespace, QUEUE)
+    core = client.CoreV1Api(worker_api)
+    core.create_namespace({"metadata": {"name": namespace}})
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(core.delete_namespace, namespace, propagation_policy="Background")
+        _local_queue(client.CustomObjectsApi(worker_api), namespace, WORKER_CLUSTER_QUEUE)
+        kubeconfig = _worker_kubeconfig(worker_api, namespace, tmp_path / "worker-kubeconfig")
+        connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace}}
+        monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(connection))
+        yield namespace
+
+
+def _run(run_dag: Any, prefix: str, *, annotations: dict[str, str], deferrable: bool, timeout: int | None) -> Any:
+    """Run the DAG; ``timeout``: the task's execution_timeout in seconds."""
+    dag_id = unique_dag_id(prefix)
+    source = DAG.format(
+        dag_id=dag_id,
+        queue=QUEUE,
+        worker=WORKER,
+        conn_id=CONN_ID,
+        annotations=annotations,
+        deferrable=deferrable,
+        timeout=None if timeout is None else f"datetime.timedelta(seconds={timeout})",
+    )
+    return run_dag(dag_id, source)
+
+
+def _jobs(api: Any, namespace: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")
+    return listed["items"]
+
+
+MODES = pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+
+
+@MODES
+def test_a_dispatched_job_is_followed_to_the_worker_cluster_where_it_ran(
+    multikueue: str, run_dag: Any, admin_api: Any, capfd: pytest.CaptureFixture[str], deferrable: bool
+) -> None:
+    annotations = {"disttrain.test/run-seconds": "4", "disttrain.test/termination-message": json.dumps(METRICS)}
+    result = _run(run_dag, "multikueue", annotations=annotations, deferrable=deferrable, timeout=None)
+
+    output = "".join(capfd.readouterr())
+    assert result.task_state("train") == "success", output[-4000:]
+    value = result.xcom("train")
+    assert value["state"] == "succeeded"
+    assert value["cluster"] == WORKER
+    # The leader's termination message exists only on the worker (its pods never ran on the manager).
+    assert value["metrics"] == METRICS
+    assert value["usage"]["gpus"] == 2 and value["usage"]["gpu_seconds"] > 0
+    # The leader's log lines (kwok's simulated log, served by the worker's fake kubelet) reached the task log.
+    assert "epoch 3 loss=0.125" in output
+    from kubernetes import client
+
+    manager_pods = client.CoreV1Api(admin_api).list_namespaced_pod(multikueue).items
+    assert manager_pods == [], "the job's pods must run on the worker only"
+
+
+@MODES
+def test_a_failure_on_the_worker_is_explained_from_the_worker_pods(
+    multikueue: str, run_dag: Any, capfd: pytest.CaptureFixture[str], deferrable: bool
+) -> None:
+    annotations = {"disttrain.test/run-seconds": "2", "disttrain.test/exit-code": "3"}
+    result = _run(run_dag, "multikueue_fail", annotations=annotations, deferrable=deferrable, timeout=None)
+
+    output = "".join(capfd.readouterr())
+    assert result.task_state("train") == "failed", output[-4000:]
+    failure = result.xcom("train", key="failure")
+    assert failure["class"] == "training", failure
+    assert "master-0: container pytorch Error, exit code 3" in failure["evidence"], failure
+    assert WORKER in output
+
+
+def test_a_timeout_deletes_the_job_on_the_manager_and_kueue_removes_the_workers_copy(
+    multikueue: str, run_dag: Any, admin_api: Any, worker_api: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Deferred: the trigger's deadline ends the wait, and the task's ending deletes the job on the manager
+    # and then looks for the worker's copy until Kueue has removed it.
+    annotations = {"disttrain.test/run-seconds": "600"}
+    result = _run(run_dag, "multikueue_timeout", annotations=annotations, deferrable=True, timeout=25)
+
+    output = "".join(capfd.readouterr())
+    assert result.task_state("train") == "failed", output[-4000:]
+    assert _jobs(admin_api, multikueue) == []
+    assert _jobs(worker_api, multikueue) == [], "Kueue must remove the worker's copy of a deleted job"
