@@ -585,3 +585,8 @@ def small_queue(admin_api: Any, namespace: str) -> Iterator[SmallQueue]:
         own_queue(custom, namespace, SMALL_QUEUE, gpus=8, flavor=pool.flavor) as cluster_queue,
     ):
         yield SmallQueue(custom, namespace, cluster_queue, pool.flavor)
+
+
+# The MultiKueue environment's fixtures (``worker_api``, ``multikueue``), registered for every test here. Last:
+# that module reads this one's constants.
+from tests.integration.multikueue import multikueue, worker_api  # noqa: E402, F401
