@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import MULTIKUEUE_CONN_ID as CONN_ID
+from tests.integration.conftest import MULTIKUEUE_QUEUE as QUEUE
+from tests.integration.conftest import WORKER_CLUSTER as WORKER
 from tests.integration.conftest import unique_dag_id
-from tests.integration.multikueue import CONN_ID, QUEUE, WORKER
 
 METRICS = {"accuracy": 0.93, "loss": 0.125}
 

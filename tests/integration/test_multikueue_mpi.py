@@ -5,7 +5,7 @@ The worker's mpi-operator runs in a network namespace of its own (dev/cluster/RE
 (``dag.test()``), sync and deferred: the job's Workload is dispatched to ``disttrain-worker``, its
 launcher Job completes there, the result names the worker cluster, and no pod ran on the manager.
 
-The environment's fixtures (``worker_api``, ``multikueue``) are tests/integration/multikueue.py's.
+The environment's fixtures (``worker_api``, ``multikueue``) are tests/integration/conftest.py's.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import MULTIKUEUE_CONN_ID as CONN_ID
+from tests.integration.conftest import MULTIKUEUE_QUEUE as QUEUE
+from tests.integration.conftest import WORKER_CLUSTER as WORKER
 from tests.integration.conftest import unique_dag_id
-from tests.integration.multikueue import CONN_ID, QUEUE, WORKER
 
 DAG = """
 import pendulum
@@ -44,6 +46,7 @@ pipeline()
 """
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_a_dispatched_mpijob_runs_on_the_worker_cluster(
     multikueue: str, run_dag: Any, admin_api: Any, capfd: pytest.CaptureFixture[str], deferrable: bool
 ) -> None:
