@@ -23,7 +23,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.hooks.faults import Action, classify
@@ -101,6 +101,17 @@ class _Watched:
             return self.snapshot.pods()
 
 
+def _undeserialized(list_pods: Callable[..., Any]) -> Callable[..., Any]:
+    """``list_pods`` without its docstring: ``kubernetes.watch.Watch`` builds its return type's models (V1Pod)
+    from the ``:return:``/``:rtype:`` line it reads there, which this watch never uses (it keeps the raw
+    objects), and which some client versions (32.x) refuse for a pod missing a field they require."""
+
+    def list_namespaced_pod(*args: Any, **kwargs: Any) -> Any:
+        return list_pods(*args, **kwargs)
+
+    return list_namespaced_pod
+
+
 class PodWatchThread:
     """Keeps the latest state of the job's pods on ``hook``'s cluster from ``start`` until ``stop``."""
 
@@ -137,7 +148,9 @@ class PodWatchThread:
             if self._watched.resource_version:
                 options["resource_version"] = self._watched.resource_version
             try:
-                for event in stream.stream(self.hook.core_v1_client.list_namespaced_pod, self.namespace, **options):
+                for event in stream.stream(
+                    _undeserialized(self.hook.core_v1_client.list_namespaced_pod), self.namespace, **options
+                ):
                     self._watched.apply({"type": event.get("type"), "object": event.get("raw_object")}, self.title)
                     if self._stopped.is_set():
                         stream.stop()

@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="the [browser-test] extra drives Chromium")
+playwright_api = pytest.importorskip(
+    "playwright.sync_api",
+    reason="the [browser-test] extra drives Chromium: in .venv (make unit-test runs these), not in .venv-lowest",
+)
 
 STATIC = Path(__file__).resolve().parents[3] / "airflow_provider_disttrain" / "ui" / "static"
 ORIGIN = "http://disttrain.test"
