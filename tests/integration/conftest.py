@@ -115,20 +115,21 @@ def _apply(create: Callable[[], Any]) -> None:
             raise
 
 
-def _wait_for_local_queue(admin_api: Any, namespace: str, timeout: float = 30) -> None:
+def _wait_for_local_queue(admin_api: Any, namespace: str, timeout: float = 30, name: str = LOCAL_QUEUE) -> None:
     """Waits until Kueue reports the LocalQueue Active: a job labelled for it before Kueue has seen it
-    gets a Workload "LocalQueue ... doesn't exist" that is only retried a minute or so later."""
+    gets a Workload "LocalQueue ... doesn't exist" that is only retried a minute or so later (and, in a
+    ClusterQueue with admission checks, may be admitted without them: MultiKueue then never dispatches it)."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin_api)
     deadline = time.monotonic() + timeout
     while True:
-        queue = custom.get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "localqueues", LOCAL_QUEUE)
+        queue = custom.get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "localqueues", name)
         conditions = (queue.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Active" and c["status"] == "True" for c in conditions):
             return
         if time.monotonic() > deadline:
-            pytest.fail(f"Kueue did not make LocalQueue {namespace}/{LOCAL_QUEUE} Active in {timeout}s: {conditions}")
+            pytest.fail(f"Kueue did not make LocalQueue {namespace}/{name} Active in {timeout}s: {conditions}")
         time.sleep(0.2)
 
 
@@ -669,6 +670,9 @@ def multikueue(
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(core.delete_namespace, namespace, propagation_policy="Background")
         _local_queue(client.CustomObjectsApi(worker_api), namespace, WORKER_CLUSTER_QUEUE)
+        # Both Active before a job is labelled for them (see _wait_for_local_queue).
+        _wait_for_local_queue(admin_api, namespace, name=MULTIKUEUE_QUEUE)
+        _wait_for_local_queue(worker_api, namespace, name=MULTIKUEUE_QUEUE)
         kubeconfig = _worker_kubeconfig(worker_api, namespace, tmp_path / "worker-kubeconfig")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace}}
         monkeypatch.setenv(f"AIRFLOW_CONN_{MULTIKUEUE_CONN_ID.upper()}", json.dumps(connection))
