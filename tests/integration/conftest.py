@@ -117,8 +117,7 @@ def _apply(create: Callable[[], Any]) -> None:
 
 def _wait_for_local_queue(admin_api: Any, namespace: str, timeout: float = 30, name: str = LOCAL_QUEUE) -> None:
     """Waits until Kueue reports the LocalQueue Active: a job labelled for it before Kueue has seen it
-    gets a Workload "LocalQueue ... doesn't exist" that is only retried a minute or so later (and, in a
-    ClusterQueue with admission checks, may be admitted without them: MultiKueue then never dispatches it)."""
+    gets a Workload "LocalQueue ... doesn't exist" that is only retried a minute or so later."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin_api)
