@@ -26,7 +26,7 @@ from airflow_provider_disttrain.job.status import (
     replica_counts,
 )
 from airflow_provider_disttrain.job.trainer_status import TrainerProgress, trainer_progress
-from airflow_provider_disttrain.kueue.hold import held_by_kueue
+from airflow_provider_disttrain.kueue.hold import held_by_kueue, released_by_kueue
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.kueue.admission import NeverAdmitted
@@ -123,6 +123,15 @@ class JobView:
     @property
     def is_terminal(self) -> bool:
         return self.state is not None and self.state.is_terminal
+
+    @property
+    def may_have_pods_elsewhere(self) -> bool:
+        """Whether a MultiKueue worker may run the job's pods now: it runs, or Kueue let it go
+        (``kueue.released_by_kueue``: dispatched) and it has not ended. Watched from then, not from when
+        the manager shows it running: a job that fails at once has its pods deleted on the worker by then."""
+        if self.state is JobState.RUNNING:
+            return True
+        return self.kind is not None and not self.is_terminal and released_by_kueue(self.job, self.kind.suspend_path)
 
     @property
     def uid(self) -> str | None:

@@ -13,7 +13,7 @@ nothing from the rest of the provider but ``exceptions``, ``kube/`` and ``kueue/
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_disttrain.exceptions import InvalidJobSpecError
@@ -78,6 +78,25 @@ def held_by_kueue(job: Mapping[str, Any]) -> bool:
     so it is never "held".
     """
     return queue_name(job) is not None and _is(condition(job, "Suspended"), "true")
+
+
+def released_by_kueue(job: Mapping[str, Any] | None, suspend_path: Sequence[str]) -> bool:
+    """Whether Kueue has let a job of its queue go: it carries the queue label and its ``suspend`` field
+    (at ``suspend_path``, the kind's) is no longer true.
+
+    Read from the spec, not the conditions: on a MultiKueue manager no controller writes the job's
+    conditions (its ``managedBy`` names MultiKueue), so they say nothing until the worker's status is
+    mirrored. Kueue unsuspends the manager's job once its Workload is admitted, which MultiKueue does only
+    after a worker reserved quota for it (``status.clusterName`` is set by then): the worker's pods may
+    already run, and a short job's are deleted with the worker's copy about a second after they end,
+    often before the manager's job shows ``Running`` (seen on the local two-cluster environment).
+    """
+    if job is None or queue_name(job) is None:
+        return False
+    value: Any = job
+    for key in suspend_path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value is not True
 
 
 def admitted_at(job: Mapping[str, Any]) -> float | None:

@@ -127,7 +127,7 @@ def poll_until_over(
             )
             now = clock.wall()
             moved = step(view, deadlines, now)
-            if not located and (view.state is JobState.RUNNING or not isinstance(moved, Wake)):
+            if not located and (view.may_have_pods_elsewhere or not isinstance(moved, Wake)):
                 assert worker_clusters is not None
                 located = True
                 forwarder.hook = pods_hook(

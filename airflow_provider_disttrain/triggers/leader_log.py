@@ -11,16 +11,14 @@ is streamed and the job is still waited for through the manager's mirrored statu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_disttrain.hooks.api_errors import describe_error
 from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.kube.connection import ClusterConnection
-from airflow_provider_disttrain.kueue.dispatch import Dispatch, WorkerClusters, dispatched_to
-from airflow_provider_disttrain.kueue.hold import queue_name
+from airflow_provider_disttrain.kueue.dispatch import Dispatch
 from airflow_provider_disttrain.pods.live_logs import LeaderLogFollower
+from airflow_provider_disttrain.triggers.dispatch_finder import DispatchFinder
 from airflow_provider_disttrain.utils.clock import Clock
 
 if TYPE_CHECKING:
@@ -34,7 +32,7 @@ class LeaderLog:
         self,
         ref: JobRef,
         kind: JobKind,
-        workers: WorkerClusters,
+        finder: DispatchFinder,
         log: Any,
         *,
         bytes_per_second: int,
@@ -47,7 +45,8 @@ class LeaderLog:
         is: Kueue deletes the worker's pods before the job ends, and their logs with them, so the task's
         ending could copy nothing after the deferral."""
         self.kind = kind
-        self.workers = workers
+        self.finder = finder
+        """Where the job was dispatched (shared with ``worker_pods``)."""
         self.log = log
         self.bytes_per_second = bytes_per_second
         self.clock = clock
@@ -60,10 +59,10 @@ class LeaderLog:
     def started(self) -> bool:
         return self._task is not None
 
-    def start(self, job: Mapping[str, Any], subscription: Subscription) -> None:
-        """Start following (once): the job runs now."""
+    def start(self, subscription: Subscription) -> None:
+        """Start following (once): the job runs now (dispatched: a worker may run it)."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(job, subscription))
+            self._task = asyncio.get_running_loop().create_task(self._run(subscription))
 
     async def end(self, save: bool = True) -> None:
         """Stop following, recording where it stopped with ``save`` (``LeaderLogFollower.end``)."""
@@ -75,11 +74,11 @@ class LeaderLog:
         if save and self._follower is not None:
             await self._follower.stop()
 
-    async def _run(self, job: Mapping[str, Any], subscription: Subscription) -> None:
+    async def _run(self, subscription: Subscription) -> None:
         from airflow_provider_disttrain.hooks.watch_registry import registry
 
         job_cluster = subscription.watch.cluster
-        self.dispatch = dispatch = await find_dispatch(self.ref, self.workers, job, subscription, self.log)
+        self.dispatch = dispatch = await self.finder.dispatch()
         if dispatch is None:
             if self.own:
                 await self._follow(job_cluster, subscription, job_cluster)
@@ -103,28 +102,3 @@ class LeaderLog:
             job_cluster=job_cluster,
         )
         await self._follower.run()
-
-
-async def find_dispatch(
-    ref: JobRef, workers: WorkerClusters, job: Mapping[str, Any], subscription: Subscription, log: Any
-) -> Dispatch | None:
-    """The worker cluster of a job Kueue queues, from its Workload (one LIST on the manager's shared
-    client); None for a job without a queue, and when the Workload cannot be read (logged)."""
-    from airflow_provider_disttrain.hooks.async_training_job import AsyncJobClient
-
-    uid = ref.uid or (job.get("metadata") or {}).get("uid")
-    if queue_name(job) is None or not uid:
-        return None
-    try:
-        async with subscription.watch.cluster.short_request() as (api, _):
-            workload = await AsyncJobClient(api).find_workload(ref.namespace, str(uid))
-    except Exception as error:
-        log.warning(
-            "Could not read the Kueue Workload of %s to find its worker cluster (%s); reading its pods "
-            "on the job's own cluster",
-            ref.title,
-            describe_error(error),
-        )
-        return None
-    cluster = dispatched_to(workload)
-    return workers.resolve(cluster) if cluster is not None else None

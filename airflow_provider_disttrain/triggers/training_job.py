@@ -161,7 +161,7 @@ class TrainingJobTrigger(BaseTrigger):
         self._view: JobView | None = None  # the last look at the job: what it saw run stays run
         self._wake = Wake(None)  # when the next deadline passes, from the last step (``job.step``)
         self._leader_log: LeaderLog | None = None
-        self._worker_pods = WorkerPods(self.ref, self.worker_clusters, self.log)  # a MultiKueue worker's pods
+        self._worker_pods = WorkerPods(self.ref, self.worker_clusters, self.log, stream_logs=stream_logs)
         self._workload = WorkloadFollower()
         self._waiting_reason: str | None = None  # Kueue's word on why the job waits, while it does
         # Progress lines for the task log (Airflow 3 shows a deferred task's trigger lines there).
@@ -329,8 +329,8 @@ class TrainingJobTrigger(BaseTrigger):
         """Take in one look at the job: its Workload, its view, the leader's log, the progress line."""
         await self._observe_queue(job, subscription)
         view = self._observe(job)
+        self._worker_pods.look(view, subscription)  # where it was dispatched, and a MultiKueue worker's pods
         self._follow_logs(view, subscription)
-        self._worker_pods.start(view, subscription)
         self._report_progress(view)
         return view
 
@@ -372,14 +372,15 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _follow_logs(self, view: JobView, subscription: Subscription) -> None:
         """With ``stream_logs``, or a worker cluster mapped, start following the leader's log once the job runs
-        (until the trigger ends), where its pods run (``leader_log``: a MultiKueue worker's, always followed)."""
+        (until the trigger ends), where its pods run (``leader_log``: a MultiKueue worker's, always followed,
+        from its dispatch: ``JobView.may_have_pods_elsewhere``; its pods go soon after they end)."""
         workers, rate = WorkerClusters.from_dict(self.worker_clusters), self.stream_logs_bytes_per_second
-        wanted = self.stream_logs or workers.maps_any
-        if not wanted or self._leader_log is not None or view.state is not JobState.RUNNING:
+        due = view.may_have_pods_elsewhere if workers.maps_any else view.state is JobState.RUNNING
+        if not (self.stream_logs or workers.maps_any) or self._leader_log is not None or not due:
             return
-        kind, clock, own = get_job_kind(self.kind), self._clock(), self.stream_logs
-        self._leader_log = LeaderLog(self.ref, kind, workers, self.log, bytes_per_second=rate, clock=clock, own=own)
-        self._leader_log.start(view.job or {}, subscription)
+        kind, clock, own, finder = get_job_kind(self.kind), self._clock(), self.stream_logs, self._worker_pods.finder
+        self._leader_log = LeaderLog(self.ref, kind, finder, self.log, bytes_per_second=rate, clock=clock, own=own)
+        self._leader_log.start(subscription)
 
     async def _stop_following_logs(self, save: bool = True) -> None:
         """Stop following the leader's log, recording where it stopped with ``save`` (``LeaderLogFollower.end``)."""

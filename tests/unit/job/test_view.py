@@ -73,6 +73,36 @@ def test_kueues_word_is_kept_only_for_a_job_kueue_holds() -> None:
     assert outcome is not None and "Kueue: quota reserved: no" in outcome["message"]
 
 
+# MultiKueue: the manager's job is unsuspended when its Workload is dispatched; no controller writes its
+# conditions (they come from the worker, later), and a job that fails at once has its pods deleted on the
+# worker before the manager shows it running. Where its pods are is looked at from the unsuspension on.
+DISPATCHED_SPEC = {"pytorchReplicaSpecs": {"Master": {"replicas": 1}}, "runPolicy": {"suspend": False}}
+QUEUED_SPEC = {"pytorchReplicaSpecs": {"Master": {"replicas": 1}}, "runPolicy": {"suspend": True}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "labelled", "expected"),
+    [
+        (QUEUED_SPEC, {}, True, False),  # Kueue still holds it: no worker has it
+        (DISPATCHED_SPEC, {}, True, True),  # dispatched: the worker's pods may run, the manager says nothing yet
+        (DISPATCHED_SPEC, {"conditions": [condition("Created", START)]}, True, True),
+        (DISPATCHED_SPEC, succeeded_status(), True, False),  # over: its pods are gone or kept already
+        (DISPATCHED_SPEC, {}, False, False),  # no queue: nothing dispatches it
+        (QUEUED_SPEC, running_status(), False, True),  # running is running, wherever
+    ],
+    ids=["held", "dispatched", "created", "ended", "unqueued", "running"],
+)
+def test_a_job_may_have_pods_on_a_worker_from_the_moment_kueue_lets_it_go(
+    spec: dict[str, Any], status: dict[str, Any], labelled: bool, expected: bool
+) -> None:
+    labels = {QUEUE_NAME_LABEL: "multikueue"} if labelled else {}
+    job = make_job(spec=spec, status=status, labels=labels, created=START)
+
+    view = JobView.observe(JobRef("PyTorchJob", "train-abc", "default", "uid-1"), job)
+
+    assert view.may_have_pods_elsewhere is expected
+
+
 def _callers_of(function: str) -> list[str]:
     """The modules of the package that call ``function`` by name (its definition aside)."""
     package = Path(airflow_provider_disttrain.__file__).parent

@@ -26,6 +26,7 @@ from tests.unit.fakes import (
     make_context,
     make_job,
     make_pod,
+    queued_status,
     running_status,
     succeeded_status,
 )
@@ -84,10 +85,14 @@ class PodWatchApi:
         self.deleted.set()  # (resumed after the last line was applied)
 
 
-def kueue_like(final_status: dict[str, Any], *, succeeded: bool) -> tuple[FakeTrainingJobHook, PodWatchApi]:
-    """The manager, whose job turns terminal only after the worker's pods are gone, and the worker's API."""
+def kueue_like(
+    final_status: dict[str, Any], *, succeeded: bool, before: dict[str, Any] | None = None
+) -> tuple[FakeTrainingJobHook, PodWatchApi]:
+    """The manager, whose job turns terminal only after the worker's pods are gone, and the worker's API;
+    ``before``: the job's status until then (running)."""
     api = PodWatchApi(finished_pod(succeeded=succeeded))
-    hook = manager(running_status(), running_status(), final_status)
+    before = running_status() if before is None else before
+    hook = manager(before, before, final_status)
     dispatch = hook.on_get
 
     def on_get(number: int) -> None:
@@ -125,6 +130,18 @@ def test_sync_a_failure_is_explained_from_the_pods_kueue_deleted() -> None:
     message = str(failed.value)
     assert "OOMKilled" in message
     assert "the pod was deleted with the job's copy on its cluster" in message
+
+
+def test_sync_a_job_that_fails_before_the_manager_shows_it_running_is_watched_from_its_dispatch() -> None:
+    # The manager's job, dispatched, shows only ``Created`` until it mirrors the worker's end: a training
+    # that exits at once never looks "running" there. Its pods are watched from the dispatch on.
+    hook, api = kueue_like(failed_status(), succeeded=False, before=queued_status())
+
+    with pytest.raises(JobFailedError) as failed:
+        operator(hook, worker_clusters={WORKER: "k8s_worker_1"}).execute(make_context())
+
+    assert api.deleted.is_set()
+    assert "OOMKilled" in str(failed.value)
 
 
 def _deferred(status: dict[str, Any], outcome: str, *, succeeded: bool) -> tuple[Any, dict[str, Any], dict[str, Any]]:

@@ -23,7 +23,15 @@ from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.pods.live_logs import LOG_POSITION_ANNOTATION
 from airflow_provider_disttrain.pods.snapshot import MAX_MESSAGE_BYTES
 from airflow_provider_disttrain.utils import clock
-from tests.unit.fakes import make_job, make_pod, running_status, succeeded_status
+from tests.unit.fakes import (
+    OOM_KILLED,
+    failed_status,
+    make_job,
+    make_pod,
+    queued_status,
+    running_status,
+    succeeded_status,
+)
 from tests.unit.triggers.helpers import make_trigger, started
 from tests.unit.waiting import until
 
@@ -181,6 +189,48 @@ async def test_the_event_carries_the_worker_pods_kueue_deleted_before_the_job_en
     assert len(terminated["message"].encode()) == MAX_MESSAGE_BYTES
     assert pod["metadata"]["name"] == "train-a-master-0" and "image" not in pod["spec"]["containers"][0]
     await until(lambda: worker.open_watches == 0)  # the watch ended with the trigger
+
+
+def workload_reads(apiserver: Any) -> int:
+    return sum(1 for _, path in apiserver.paths if path.endswith("/workloads"))
+
+
+async def test_a_job_that_fails_before_the_manager_shows_it_running_is_watched_from_its_dispatch(
+    apiserver: Any, worker: Any
+) -> None:
+    # Seen on the local two-cluster environment: a training that exits at once has failed, and Kueue
+    # deleted its pods on the worker, before the manager's job mirrors ``Running``. Its Workload is read
+    # from the first look on, again at each change of the job until it names the worker, and the watch
+    # starts then.
+    await apiserver.put(queued_job("train-a", "uid-a", queued_status()))
+    pending = dispatched_workload("train-a", "uid-a", "worker-1")
+    del pending["status"]["clusterName"]
+    pending["status"]["conditions"] = []  # created, not yet admitted: no worker has it
+    await apiserver.put(pending, plural="workloads")
+    task = await started(
+        make_trigger(apiserver, name="train-a", uid="uid-a", worker_clusters=workers_mapped()), apiserver
+    )
+    await until(lambda: workload_reads(apiserver) >= 1)
+    assert worker.requests == []  # nothing to read there before the dispatch
+
+    # MultiKueue dispatches it: the Workload names the worker, Kueue unsuspends the manager's job (still
+    # only ``Created``), and the worker's pods run.
+    await apiserver.put(dispatched_workload("train-a", "uid-a", "worker-1"), plural="workloads")
+    worker.add_pod(make_pod("train-a", "master", 0, namespace=NAMESPACE))
+    await apiserver.put(queued_job("train-a", "uid-a", queued_status()))
+    await until(lambda: worker.open_watches >= 1)  # watched though the manager never said "running"
+    reads = workload_reads(apiserver)
+
+    failed = make_pod("train-a", "master", 0, namespace=NAMESPACE, phase="Failed", terminated=OOM_KILLED)
+    await worker.set_pod(failed)
+    await worker.set_pod(None, NAMESPACE, "train-a-master-0")
+    await apiserver.put(queued_job("train-a", "uid-a", failed_status()))
+    event = await task
+
+    assert event["status"] == "failed"
+    (pod,) = Outcome.from_event(json.loads(json.dumps(event))).pods or ()
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
+    assert workload_reads(apiserver) == reads  # settled: no read of the Workload once it named the worker
 
 
 async def test_a_job_on_its_own_cluster_keeps_no_pods(apiserver: Any) -> None:
