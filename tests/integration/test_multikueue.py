@@ -132,3 +132,68 @@ def test_a_timeout_deletes_the_job_on_the_manager_and_kueue_removes_the_workers_
     assert result.task_state("train") == "failed", output[-4000:]
     assert _jobs(admin_api, multikueue) == []
     assert _jobs(worker_api, multikueue) == [], "Kueue must remove the worker's copy of a deleted job"
+
+
+DYING_FIRST_TRY_DAG = """
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import dag
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
+
+
+class WorkerDiesWhileTheJobRunsOnTheWorker(PyTorchJobOperator):
+    \"\"\"Try 1 submits its job, sees it dispatched and running, then its Airflow worker "dies".\"\"\"
+
+    def build_job_manifest(self, context, default_namespace):
+        self._try_number = context["ti"].try_number
+        return super().build_job_manifest(context, default_namespace)
+
+    def _wait(self, hook, ref, *arguments):
+        if self._try_number == 1:
+            raise RuntimeError("worker lost while waiting for " + ref.name)
+        return super()._wait(hook, ref, *arguments)
+
+
+@dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+def pipeline():
+    WorkerDiesWhileTheJobRunsOnTheWorker(
+        task_id="train",
+        image="busybox:1.36",
+        command=["python", "train.py"],
+        num_workers=1,
+        restart_policy="Never",
+        local_queue={queue!r},
+        worker_clusters={{{worker!r}: {conn_id!r}}},
+        annotations={annotations!r},
+        wait_policy=WaitPolicy(poll_interval=1),
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+pipeline()
+"""
+
+
+def test_a_retry_reattaches_to_the_dispatched_job_and_follows_it_on_the_worker(
+    multikueue: str, run_dag: Any, admin_api: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    dag_id = unique_dag_id("multikueue_retry")
+    annotations = {"disttrain.test/run-seconds": "15", "disttrain.test/termination-message": json.dumps(METRICS)}
+    source = DYING_FIRST_TRY_DAG.format(
+        dag_id=dag_id, queue=QUEUE, worker=WORKER, conn_id=CONN_ID, annotations=annotations
+    )
+    result = run_dag(dag_id, source)
+
+    output = "".join(capfd.readouterr())
+    assert result.task_state("train") == "success", output[-4000:]
+    created = _jobs(admin_api, multikueue)
+    # One job, the first try's, dispatched once: the second try took it over on the manager and followed
+    # its pods on the worker again.
+    assert len(created) == 1, [job["metadata"]["name"] for job in created]
+    assert created[0]["metadata"]["labels"]["disttrain.airflow.apache.org/try-number"] == "1"
+    value = result.xcom("train")
+    assert value["uid"] == created[0]["metadata"]["uid"]
+    assert (value["state"], value["cluster"], value["metrics"]) == ("succeeded", WORKER, METRICS)
