@@ -8,8 +8,8 @@ clusters, and on the worker a service account holding the provider's documented 
 connection the operator's ``worker_clusters`` names uses. Through the public operator and the real
 runtime (``dag.test()``), sync and deferred: the result names the worker cluster and carries the
 leader's metrics (its termination message on the worker), the task log has the leader's lines, a
-failure is explained from the worker's pods, and a timeout deletes the job on the manager and Kueue's
-copy on the worker is gone too.
+failure is explained from the worker's pods, a timeout deletes the job on the manager and Kueue's copy
+on the worker is gone too, and a retry takes over the job its first try left running on the worker.
 """
 
 from __future__ import annotations
@@ -132,3 +132,97 @@ def test_a_timeout_deletes_the_job_on_the_manager_and_kueue_removes_the_workers_
     assert result.task_state("train") == "failed", output[-4000:]
     assert _jobs(admin_api, multikueue) == []
     assert _jobs(worker_api, multikueue) == [], "Kueue must remove the worker's copy of a deleted job"
+
+
+# Try 1 follows its job until Kueue has dispatched it and it runs on the worker, then its Airflow worker
+# "dies" (an exception: no on_kill, the job stays). The job's pods request a GPU, as every real training
+# job's do: Kueue assigns a ClusterQueue flavor only to the resources a job requests, and puts a check that
+# applies per flavor (MultiKueue's, docs/guides/kueue.md "Limits today") only on a Workload assigned one, so
+# a job requesting nothing would be admitted on the manager and never dispatched. If the job is not running
+# on the worker in time, try 1 fails for good (no retry) naming its Workload's state; try 2's
+# execution_timeout bounds its wait, so the test cannot hang.
+DYING_FIRST_TRY_DAG = """
+import time
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import dag
+from airflow.sdk.exceptions import AirflowFailException
+from airflow_provider_disttrain.job.status import JobState
+from airflow_provider_disttrain.job.view import JobView
+from airflow_provider_disttrain.kueue.dispatch import dispatched_to
+from airflow_provider_disttrain.operators.pytorch_job import PyTorchJobOperator
+from airflow_provider_disttrain.parameters import WaitPolicy
+
+DISPATCH_DEADLINE = 120
+
+
+class WorkerDiesWhileTheJobRunsOnTheWorker(PyTorchJobOperator):
+    \"\"\"Try 1 submits its job, sees it dispatched and running, then its Airflow worker "dies".\"\"\"
+
+    def build_job_manifest(self, context, default_namespace):
+        self._try_number = context["ti"].try_number
+        return super().build_job_manifest(context, default_namespace)
+
+    def _wait(self, hook, ref, *arguments):
+        if self._try_number > 1:
+            return super()._wait(hook, ref, *arguments)
+        deadline = time.monotonic() + DISPATCH_DEADLINE
+        while time.monotonic() < deadline:
+            workload = hook.find_workload(ref.namespace, ref.uid)
+            cluster = dispatched_to(workload)
+            job = hook.get_job(self.kind, ref.name, ref.namespace)
+            if cluster and job is not None and JobView.of(job).state is JobState.RUNNING:
+                raise RuntimeError(f"worker lost while {{ref.name}} runs on {{cluster}}")
+            time.sleep(0.5)
+        status = (workload or {{}}).get("status")
+        raise AirflowFailException(
+            f"{{ref.name}} was not running on a worker cluster within {{DISPATCH_DEADLINE}} s; its Workload: {{status}}"
+        )
+
+
+@dag(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+def pipeline():
+    WorkerDiesWhileTheJobRunsOnTheWorker(
+        task_id="train",
+        image="busybox:1.36",
+        command=["python", "train.py"],
+        num_workers=1,
+        gpus_per_replica=1,
+        restart_policy="Never",
+        local_queue={queue!r},
+        worker_clusters={{{worker!r}: {conn_id!r}}},
+        annotations={annotations!r},
+        wait_policy=WaitPolicy(poll_interval=1),
+        execution_timeout=timedelta(seconds=180),
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+pipeline()
+"""
+
+
+def test_a_retry_reattaches_to_the_dispatched_job_and_follows_it_on_the_worker(
+    multikueue: str, run_dag: Any, admin_api: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    dag_id = unique_dag_id("multikueue_retry")
+    annotations = {"disttrain.test/run-seconds": "15", "disttrain.test/termination-message": json.dumps(METRICS)}
+    source = DYING_FIRST_TRY_DAG.format(
+        dag_id=dag_id, queue=QUEUE, worker=WORKER, conn_id=CONN_ID, annotations=annotations
+    )
+    result = run_dag(dag_id, source)
+
+    output = "".join(capfd.readouterr())
+    assert result.task_state("train") == "success", output[-4000:]
+    created = _jobs(admin_api, multikueue)
+    # Try 1 died while the job ran on the worker; one job, the first try's, dispatched once: the second try
+    # took it over on the manager and followed its pods on the worker again.
+    assert f"runs on {WORKER}" in output, output[-4000:]
+    assert len(created) == 1, [job["metadata"]["name"] for job in created]
+    assert created[0]["metadata"]["labels"]["disttrain.airflow.apache.org/try-number"] == "1"
+    assert "Reattached to" in output, output[-4000:]
+    value = result.xcom("train")
+    assert value["uid"] == created[0]["metadata"]["uid"]
+    assert (value["state"], value["cluster"], value["metrics"]) == ("succeeded", WORKER, METRICS)
