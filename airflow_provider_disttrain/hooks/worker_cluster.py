@@ -100,6 +100,21 @@ def mapped_worker(
     return None if dispatch is None or worker is None else (dispatch, worker)
 
 
+def copy_verdict(cluster: str, copy: object, timeout: float, *, expired: bool) -> str | None:
+    """Words for the task's message on the worker's copy as last read (``copy``: the job, None when gone,
+    or the error reading it), or None: it is still there and ``timeout`` has not ``expired``, look again."""
+    if isinstance(copy, Exception):
+        return f"Whether its copy on worker cluster {cluster!r} is gone could not be read: {copy!r}"
+    if copy is None:
+        return f"Its copy on worker cluster {cluster!r} is gone too."
+    if expired:
+        return (
+            f"Its copy on worker cluster {cluster!r} still exists {timeout:.0f}s later: Kueue's MultiKueue "
+            "removes it (its garbage collector), or delete it there yourself."
+        )
+    return None
+
+
 def confirm_worker_copy_gone(
     worker: TrainingJobHook,
     ref: JobRef,
@@ -112,17 +127,13 @@ def confirm_worker_copy_gone(
     ``clock``. Words for the task's message; never raises (the deletion on the manager stands)."""
     deadline = clock.monotonic() + timeout
     while True:
+        copy: object
         try:
             copy = worker.get_job(ref.kind, ref.name, ref.namespace)
         except Exception as error:
-            return f"Whether its copy on worker cluster {cluster!r} is gone could not be read: {error!r}"
-        if copy is None:
-            return f"Its copy on worker cluster {cluster!r} is gone too."
-        if clock.monotonic() >= deadline:
-            return (
-                f"Its copy on worker cluster {cluster!r} still exists {timeout:.0f}s later: Kueue's MultiKueue "
-                "removes it (its garbage collector), or delete it there yourself."
-            )
+            copy = error
+        if (said := copy_verdict(cluster, copy, timeout, expired=clock.monotonic() >= deadline)) is not None:
+            return said
         clock.sleep_sync(CHECK_EVERY_SECONDS)
 
 

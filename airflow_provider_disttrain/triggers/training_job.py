@@ -46,7 +46,7 @@ from airflow_provider_disttrain.triggers.stored_kwargs import (
     stored_values,
     warn_newer_kwargs,
 )
-from airflow_provider_disttrain.triggers.worker_pods import WorkerPods
+from airflow_provider_disttrain.triggers.worker_pods import WorkerPods, kill_deferred_job
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import Clock
@@ -439,10 +439,11 @@ class TrainingJobTrigger(BaseTrigger):
         return min(known) if known else None
 
     async def on_kill(self) -> None:
-        """A user killed the deferred task (mark failed, clear): delete the job it started."""
+        """A user killed the deferred task (mark failed, clear): delete the job it started (on a MultiKueue
+        worker, its copy is looked for there: ``worker_pods.kill_deferred_job``)."""
         if not self.cleanup_policy.on_kill:
             return
         self.log.info("Task killed: deleting %s", self.ref.title)
         async with self._hook().job_client() as jobs:
-            deleted = jobs.delete_job(get_job_kind(self.kind), self.name, self.namespace, self.uid)
-            await asyncio.wait_for(deleted, _KILL_TIMEOUT_SECONDS)
+            killed = kill_deferred_job(jobs, self.ref, self.worker_clusters, self._clock(), self.log)
+            await asyncio.wait_for(killed, _KILL_TIMEOUT_SECONDS)

@@ -11,6 +11,7 @@ a user marks a deferred task failed (the trigger's ``on_kill``), as test_kill_an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -91,5 +92,46 @@ def test_killing_a_sync_task_leaves_no_job_on_either_cluster(
     assert result.task_state("train") == "failed", output[-4000:]
     title = f"PyTorchJob {multikueue}/{job_name}"
     assert f"Task killed: deleting {title}" in output, output[-4000:]
+    assert f"{title} was deleted. Its copy on worker cluster '{WORKER}' is gone too." in output, output[-4000:]
+    _no_jobs_left(admin_api, worker_api, multikueue)
+
+
+def test_killing_a_deferred_task_leaves_no_job_on_either_cluster(
+    multikueue: str,
+    admin_api: Any,
+    worker_api: Any,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """What the triggerer calls when a user marks a deferred task failed (Airflow 3.3 ``on_kill``)."""
+    from airflow_provider_disttrain.hooks.training_job import TrainingJobHook
+    from airflow_provider_disttrain.job.kinds import get_job_kind
+    from airflow_provider_disttrain.kueue.dispatch import WorkerClusters
+    from airflow_provider_disttrain.kueue.hold import QUEUE_NAME_LABEL
+    from airflow_provider_disttrain.manifest.builder import JobParameters, build_manifest, set_identity
+    from airflow_provider_disttrain.triggers.training_job import TrainingJobTrigger
+
+    hook = TrainingJobHook()  # kubernetes_default: the service account on the manager, in this test's namespace
+    kind, name = get_job_kind("PyTorchJob"), "killed-deferred"
+    parameters = JobParameters(
+        image="busybox:1.36", gpus_per_replica=1, restart_policy="Never", annotations=LONG_RUNNING
+    )
+    manifest = set_identity(build_manifest(kind, None, parameters), name, multikueue, {QUEUE_NAME_LABEL: QUEUE})
+    job = hook.create_job(kind, manifest, multikueue)
+    wait_until("the job to run on the worker", lambda: _running_copy(worker_api, multikueue), timeout=120)
+    trigger = TrainingJobTrigger(
+        kind="PyTorchJob",
+        name=name,
+        namespace=multikueue,
+        uid=job["metadata"]["uid"],
+        connection=hook.trigger_connection(),
+        worker_clusters=WorkerClusters({WORKER: CONN_ID}).to_dict(),
+    )
+
+    with caplog.at_level("INFO"):
+        asyncio.run(trigger.on_kill())
+
+    output = caplog.text + "".join(capfd.readouterr())
+    title = f"PyTorchJob {multikueue}/{name}"
     assert f"{title} was deleted. Its copy on worker cluster '{WORKER}' is gone too." in output, output[-4000:]
     _no_jobs_left(admin_api, worker_api, multikueue)
