@@ -86,17 +86,18 @@ def mapped_worker(
     hook: TrainingJobHook, ref: JobRef, clusters: WorkerClusters, log: Any
 ) -> tuple[Dispatch, TrainingJobHook] | None:
     """The mapped worker cluster a job runs on and the hook that reaches it, or None (no mapping, a job
-    Kueue did not dispatch, a cluster no connection maps, or the job could not be read: logged). Read
-    before the manager's job is deleted: its Workload, which names the cluster, goes with it."""
+    Kueue did not dispatch, a cluster no connection maps, or a failure to read the job or to reach the
+    worker's connection: logged, so that it never stands in the way of the deletion). Read before the
+    manager's job is deleted: its Workload, which names the cluster, goes with it."""
     if not clusters.maps_any:
         return None
     try:
         job = hook.get_job(ref.kind, ref.name, ref.namespace)
+        dispatch = locate(queued_workload(hook, ref, job, log), clusters, ref, log)
+        worker = pods_hook(hook, dispatch)
     except Exception as error:
-        log.warning("Could not read %s to find its worker cluster: %r", ref.title, error)
+        log.warning("Could not find the worker cluster of %s: %r", ref.title, error)
         return None
-    dispatch = locate(queued_workload(hook, ref, job, log), clusters, ref, log)
-    worker = pods_hook(hook, dispatch)
     return None if dispatch is None or worker is None else (dispatch, worker)
 
 

@@ -81,9 +81,20 @@ async def kill_deferred_job(
     dispatch = await _mapped_dispatch(jobs, ref, WorkerClusters.from_dict(workers), log)
     if not await jobs.delete_job(kind, ref.name, ref.namespace, ref.uid) or dispatch is None:
         return
+    said: str | None  # (a verdict on an error is never None)
+    try:
+        said = await _look_for_the_copy(ref, dispatch, clock)
+    except Exception as error:  # the worker's connection could not be reached: the deletion stands
+        said = copy_verdict(dispatch.cluster, error, KILLED_COPY_SECONDS, expired=True)
+    log.info("%s was deleted. %s", ref.title, said)
+
+
+async def _look_for_the_copy(ref: JobRef, dispatch: Dispatch, clock: Clock) -> str:
+    """Whether the job's copy on the worker is gone, read every ``CHECK_EVERY_SECONDS`` for at most
+    ``KILLED_COPY_SECONDS`` (``hooks.worker_cluster.confirm_worker_copy_gone``, through the async client)."""
     from airflow_provider_disttrain.hooks.async_training_job import AsyncTrainingJobHook
 
-    deadline, cluster = clock.monotonic() + KILLED_COPY_SECONDS, dispatch.cluster
+    kind, deadline = get_job_kind(ref.kind), clock.monotonic() + KILLED_COPY_SECONDS
     async with AsyncTrainingJobHook.for_connection(ClusterConnection(conn_id=dispatch.conn_id)).job_client() as worker:
         while True:
             copy: object
@@ -92,9 +103,8 @@ async def kill_deferred_job(
             except Exception as error:
                 copy = error
             expired = clock.monotonic() >= deadline
-            if (said := copy_verdict(cluster, copy, KILLED_COPY_SECONDS, expired=expired)) is not None:
-                log.info("%s was deleted. %s", ref.title, said)
-                return
+            if (said := copy_verdict(dispatch.cluster, copy, KILLED_COPY_SECONDS, expired=expired)) is not None:
+                return said
             await clock.sleep(CHECK_EVERY_SECONDS)
 
 

@@ -68,3 +68,16 @@ def test_a_killed_task_that_keeps_its_job_reads_nothing_on_the_worker() -> None:
     task.on_kill()
 
     assert not hook.called("delete_job") and not worker.calls
+
+
+def test_a_worker_connection_that_does_not_exist_never_stands_in_the_way_of_the_deletion() -> None:
+    hook = manager(running_status())
+    hook.worker_hooks["k8s_worker_1"] = FakeTrainingJobHook()
+    task = killed_while_running(hook, worker_clusters={WORKER: "k8s_worker_1"})
+    del hook.worker_hooks["k8s_worker_1"]  # the worker's connection was deleted since
+
+    with structlog.testing.capture_logs() as logged:
+        task.on_kill()
+
+    assert hook.job("train-abc") is None
+    assert any("Could not find the worker cluster of PyTorchJob default/train-abc" in line for line in said(logged))

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_disttrain.kueue.dispatch import WorkerClusters
 from airflow_provider_disttrain.utils import clock
 from tests.unit.fakes import make_job, running_status
 from tests.unit.triggers.helpers import make_trigger
@@ -79,3 +80,18 @@ async def test_without_a_mapping_nothing_more_is_read(apiserver: Any, worker: An
 
     assert apiserver.count("delete") == 1 and apiserver.count("get") == 0 and apiserver.count("list") == 0
     assert worker.requests == []
+
+
+async def test_a_worker_connection_that_does_not_exist_leaves_the_deletion_standing(
+    apiserver: Any, worker: Any, logged: list[MutableMapping[str, Any]]
+) -> None:
+    await dispatched(apiserver, worker, copy=True)
+    workers = WorkerClusters({"worker-1": "k8s_missing"}).to_dict()
+
+    await make_trigger(apiserver, delete_on_kill=True, worker_clusters=workers).on_kill()
+
+    assert (NAMESPACE, "pytorchjobs", "train-abc") not in apiserver.objects
+    assert any(
+        line.startswith(f"{TITLE} was deleted. Whether its copy on worker cluster 'worker-1' is gone could not be read")
+        for line in lines(logged)
+    )
