@@ -31,6 +31,9 @@ WORKER_COPY_SECONDS = 30.0
 deletes the copy when the manager's Workload goes (its garbage collector, on a timer, sweeps up what a
 missed event left): usually seconds; the task is not held longer for a confirmation."""
 CHECK_EVERY_SECONDS = 1.0
+KILLED_COPY_SECONDS = 4.0
+"""How long a killed task (``on_kill``) looks for the worker's copy: Airflow's supervisor SIGKILLs the task
+process 5 s after its SIGTERM, and the confirmation must be said before that (the deletion stands either way)."""
 
 
 def worker_clusters(hook: TrainingJobHook, parameter: Mapping[str, str] | None) -> WorkerClusters:
@@ -79,6 +82,40 @@ def pods_hook(hook: TrainingJobHook, dispatch: Dispatch | None) -> TrainingJobHo
     return hook.worker_hook(dispatch.conn_id) if dispatch.conn_id is not None else None
 
 
+def mapped_worker(
+    hook: TrainingJobHook, ref: JobRef, clusters: WorkerClusters, log: Any
+) -> tuple[Dispatch, TrainingJobHook] | None:
+    """The mapped worker cluster a job runs on and the hook that reaches it, or None (no mapping, a job
+    Kueue did not dispatch, a cluster no connection maps, or a failure to read the job or to reach the
+    worker's connection: logged, so that it never stands in the way of the deletion). Read before the
+    manager's job is deleted: its Workload, which names the cluster, goes with it."""
+    if not clusters.maps_any:
+        return None
+    try:
+        job = hook.get_job(ref.kind, ref.name, ref.namespace)
+        dispatch = locate(queued_workload(hook, ref, job, log), clusters, ref, log)
+        worker = pods_hook(hook, dispatch)
+    except Exception as error:
+        log.warning("Could not find the worker cluster of %s: %r", ref.title, error)
+        return None
+    return None if dispatch is None or worker is None else (dispatch, worker)
+
+
+def copy_verdict(cluster: str, copy: object, timeout: float, *, expired: bool) -> str | None:
+    """Words for the task's message on the worker's copy as last read (``copy``: the job, None when gone,
+    or the error reading it), or None: it is still there and ``timeout`` has not ``expired``, look again."""
+    if isinstance(copy, Exception):
+        return f"Whether its copy on worker cluster {cluster!r} is gone could not be read: {copy!r}"
+    if copy is None:
+        return f"Its copy on worker cluster {cluster!r} is gone too."
+    if expired:
+        return (
+            f"Its copy on worker cluster {cluster!r} still exists {timeout:.0f}s later: Kueue's MultiKueue "
+            "removes it (its garbage collector), or delete it there yourself."
+        )
+    return None
+
+
 def confirm_worker_copy_gone(
     worker: TrainingJobHook,
     ref: JobRef,
@@ -91,15 +128,22 @@ def confirm_worker_copy_gone(
     ``clock``. Words for the task's message; never raises (the deletion on the manager stands)."""
     deadline = clock.monotonic() + timeout
     while True:
+        copy: object
         try:
             copy = worker.get_job(ref.kind, ref.name, ref.namespace)
         except Exception as error:
-            return f"Whether its copy on worker cluster {cluster!r} is gone could not be read: {error!r}"
-        if copy is None:
-            return f"Its copy on worker cluster {cluster!r} is gone too."
-        if clock.monotonic() >= deadline:
-            return (
-                f"Its copy on worker cluster {cluster!r} still exists {timeout:.0f}s later: Kueue's MultiKueue "
-                "removes it (its garbage collector), or delete it there yourself."
-            )
+            copy = error
+        if (said := copy_verdict(cluster, copy, timeout, expired=clock.monotonic() >= deadline)) is not None:
+            return said
         clock.sleep_sync(CHECK_EVERY_SECONDS)
+
+
+def delete_killed_job(hook: TrainingJobHook, ref: JobRef, clusters: WorkerClusters, clock: Clock, log: Any) -> None:
+    """A killed task's deletion of its job (``on_kill``) and, for a job MultiKueue runs on a mapped worker
+    cluster, whether Kueue removed its copy there, said in the log as a timeout's ending says it."""
+    # Where MultiKueue runs it, read first: its Workload, which names the worker, goes with the job.
+    worker = mapped_worker(hook, ref, clusters, log)
+    if hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid) and worker is not None:
+        dispatch, worker_hook = worker
+        gone = confirm_worker_copy_gone(worker_hook, ref, dispatch.cluster, clock, KILLED_COPY_SECONDS)
+        log.info("%s was deleted. %s", ref.title, gone)

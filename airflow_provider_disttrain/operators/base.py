@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferralTimeout
 
+from airflow_provider_disttrain.hooks.worker_cluster import delete_killed_job
 from airflow_provider_disttrain.job.deadlines import Deadlines
 from airflow_provider_disttrain.job.gpus import gpus_per_replica
 from airflow_provider_disttrain.job.kinds import JobKind, get_job_kind
@@ -361,14 +362,15 @@ class BaseTrainingJobOperator(ManifestTemplatesMixin, TrainingJobLineageMixin, C
             raise
 
     def on_kill(self) -> None:
-        """The task was killed while waiting in sync mode (or timed out): delete its job."""
+        """The task was killed while waiting in sync mode (or timed out): delete its job and, for a job
+        MultiKueue dispatched to a mapped worker cluster, say whether Kueue removed its copy there."""
         if not self.cleanup_policy.on_kill or self._keep_job_on_kill:
             return
         ref = self._job_ref or self._job_of_an_interrupted_claim()
         if ref is None:
             return
         self.log.info("Task killed: deleting %s", ref.title)
-        self.hook.delete_job(ref.kind, ref.name, ref.namespace, uid=ref.uid)
+        delete_killed_job(self.hook, ref, self.worker_cluster_map(strict=False), self.clock, self.log)
 
     def _job_of_an_interrupted_claim(self) -> JobRef | None:
         """The job a submission killed half-way may have created (the create can land before the kill, and

@@ -38,6 +38,7 @@ from airflow_provider_disttrain.ownership.naming import TASK_INSTANCE_LABEL
 from airflow_provider_disttrain.parameters import CleanupPolicy, WaitPolicy
 from airflow_provider_disttrain.pods.live_logs import DEFAULT_BYTES_PER_SECOND
 from airflow_provider_disttrain.triggers import watch_trouble
+from airflow_provider_disttrain.triggers.deferred_kill import kill_deferred_job
 from airflow_provider_disttrain.triggers.leader_log import LeaderLog
 from airflow_provider_disttrain.triggers.stored_kwargs import (
     flat_keys,
@@ -371,9 +372,8 @@ class TrainingJobTrigger(BaseTrigger):
             return None
 
     def _follow_logs(self, view: JobView, subscription: Subscription) -> None:
-        """With ``stream_logs``, or a worker cluster mapped, start following the leader's log once the job runs
-        (until the trigger ends), where its pods run (``leader_log``: a MultiKueue worker's, always followed,
-        from its dispatch: ``JobView.may_have_pods_elsewhere``; its pods go soon after they end)."""
+        """With ``stream_logs``, or a worker cluster mapped, follow the leader's log where its pods run (``leader_log``)
+        once the job runs; a dispatched job's always, from its dispatch (``JobView.may_have_pods_elsewhere``)."""
         workers, rate = WorkerClusters.from_dict(self.worker_clusters), self.stream_logs_bytes_per_second
         due = view.may_have_pods_elsewhere if workers.maps_any else view.state is JobState.RUNNING
         if not (self.stream_logs or workers.maps_any) or self._leader_log is not None or not due:
@@ -440,10 +440,10 @@ class TrainingJobTrigger(BaseTrigger):
         return min(known) if known else None
 
     async def on_kill(self) -> None:
-        """A user killed the deferred task (mark failed, clear): delete the job it started."""
+        """A user killed the deferred task (mark failed, clear): delete the job it started (``deferred_kill``)."""
         if not self.cleanup_policy.on_kill:
             return
         self.log.info("Task killed: deleting %s", self.ref.title)
         async with self._hook().job_client() as jobs:
-            deleted = jobs.delete_job(get_job_kind(self.kind), self.name, self.namespace, self.uid)
-            await asyncio.wait_for(deleted, _KILL_TIMEOUT_SECONDS)
+            killed = kill_deferred_job(jobs, self.ref, self.worker_clusters, self._clock(), self.log)
+            await asyncio.wait_for(killed, _KILL_TIMEOUT_SECONDS)
