@@ -119,7 +119,12 @@ newest-airflow-integration-test: $(VENV_NEXT)/.installed-$(AIRFLOW_NEXT) cluster
 	@$(VENV_NEXT)/bin/pytest tests/integration -m "integration and airflow_next" -q -p no:cacheprovider -rs --durations=25
 	@$(STEP) end integration-airflow-next
 
-test: lint unit-test lowest-deps-test newest-airflow-test integration-test newest-airflow-integration-test e2e-test ## Everything CI runs: lint, unit tests (also on the lowest declared versions and the newest Airflow), integration tests on the local cluster (those needing the newest Airflow in its venv), e2e tests in Airflow
+# The integration tests on the newest Airflow (dag.test in one process, mostly waiting for the cluster) run
+# while the Airflow deployment of the e2e tests starts (its PostgreSQL, migrations and processes, ~30 s):
+# neither restarts anything the other uses. Their output is grouped per target (-O).
+test: lint unit-test lowest-deps-test newest-airflow-test integration-test ## Everything CI runs: lint, unit tests (also on the lowest declared versions and the newest Airflow), integration tests on the local cluster (those needing the newest Airflow in its venv), e2e tests in Airflow
+	@DEVAIRFLOW_TRIGGERERS=2 $(MAKE) --no-print-directory -j2 -O newest-airflow-integration-test airflow-up
+	@$(MAKE) --no-print-directory e2e-test
 
 demo: venv cluster-up ## Run example 1 (retraining pipeline) end to end on the local cluster
 	@$(VENV_PY) dev/demo/run_demo.py

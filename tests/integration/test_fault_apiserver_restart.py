@@ -1,5 +1,12 @@
 """The API server restarts while a task is deferred: the trigger loses its watch, keeps trying, picks
-the job up again when the server is back, and the task ends with the job's real outcome."""
+the job up again when the server is back, and the task ends with the job's real outcome.
+
+Through the real runtime (``dag.test()``) for a job that succeeds. A job that fails across a restart
+is the same path until the event: ``test_trigger_faults.py``'s twenty triggers across a restart include
+two failing jobs, whose triggers fire ``failed``; the task's ending of a failed event does not depend on
+how the watch got it (tests/integration/test_failure_classes.py). Each restart costs 30-40 s of a
+serial pass, so the failing case is not run here a second time (issue 26, "each test earns its minutes").
+"""
 
 from __future__ import annotations
 
@@ -15,15 +22,8 @@ from tests.integration.conftest import cluster_script, training_dag, unique_dag_
 pytestmark = pytest.mark.serial
 
 
-@pytest.mark.parametrize(
-    ("annotations", "task_state"),
-    [
-        ({"disttrain.test/run-seconds": "25"}, "success"),
-        ({"disttrain.test/run-seconds": "25", "disttrain.test/exit-code": "1"}, "failed"),
-    ],
-    ids=["job-succeeds", "job-fails"],
-)
-def test_trigger_survives_an_api_server_restart(namespace, run_dag, jobs, annotations, task_state):
+def test_trigger_survives_an_api_server_restart(namespace, run_dag, jobs):
+    annotations, task_state = {"disttrain.test/run-seconds": "25"}, "success"
     dag_id = unique_dag_id("restart")
     job_name = f"restart-{dag_id[-6:]}"
     restarted = threading.Event()
