@@ -100,11 +100,11 @@ newest-airflow-test: $(VENV_NEXT)/.installed-$(AIRFLOW_NEXT) ## Unit tests on th
 # nodes of their own (tests/integration/conftest.py gpu_pool), beside the others. Tests marked `serial`
 # restart the API server every test talks to: they run alone afterwards. Tests marked `airflow_next` need
 # the newest Airflow (Task Loops, reschedules: 3.4): they run in newest-airflow-integration-test instead.
-IT_WORKERS ?= 3
+IT_WORKERS ?= 4
 # The MultiKueue tests (tests/integration/test_multikueue*.py) need the worker cluster beside the local one:
 # integration-test starts it (cluster-up is its prerequisite and takes the variable from here).
 integration-test: export DEVCLUSTER_WORKER := 1
-integration-test: venv cluster-up ## Integration tests against the local cluster (IT_WORKERS=3 in parallel, then the serial ones)
+integration-test: venv cluster-up ## Integration tests against the local cluster (IT_WORKERS=4 in parallel, then the serial ones)
 	@$(STEP) begin integration
 	@$(VENV)/bin/pytest tests/integration -m "integration and not serial and not airflow_next" -q -p no:cacheprovider -rs --durations=25 \
 		-n $(IT_WORKERS) --dist loadgroup
