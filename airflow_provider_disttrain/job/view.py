@@ -128,7 +128,11 @@ class JobView:
     def may_have_pods_elsewhere(self) -> bool:
         """Whether a MultiKueue worker may run the job's pods now: it runs, or Kueue let it go
         (``kueue.released_by_kueue``: dispatched) and it has not ended. Watched from then, not from when
-        the manager shows it running: a job that fails at once has its pods deleted on the worker by then."""
+        the manager shows it running: a job that fails at once has its pods deleted on the worker by then.
+
+        In the trigger the view is the shared watch's trimmed copy, which keeps no spec: there it means "a
+        queued job that has not ended", and the trigger's Workload read (``DispatchFinder``) decides whether
+        and where it was dispatched. The sync poll reads the whole job, so there it means what it says."""
         if self.state is JobState.RUNNING:
             return True
         return self.kind is not None and not self.is_terminal and released_by_kueue(self.job, self.kind.suspend_path)
