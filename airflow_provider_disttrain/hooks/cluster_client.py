@@ -31,6 +31,7 @@ from typing import Any
 from airflow_provider_disttrain.hooks.api_errors import is_plugin_failure
 from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.utils.clock import SYSTEM, Clock
+from airflow_provider_disttrain.utils.timeouts import within
 
 # Rebuilt at least this often: shorter than the 15-minute tokens that EKS and GKE plugins issue.
 CLIENT_MAX_AGE_SECONDS = 600.0
@@ -219,10 +220,10 @@ class ClusterClient:
             # A plugin run that times out, or is cancelled with the build (the cluster's last watch
             # ended), is killed by its own PID: kubernetes_asyncio's provider would leave it running.
             with owned_exec_plugins(self.build_timeout):
-                api = await asyncio.wait_for(
-                    stack.enter_async_context(AsyncTrainingJobHook.for_connection(self.connection).get_conn()),
-                    self.build_timeout,
-                )
+                async with within(self.build_timeout):
+                    api = await stack.enter_async_context(
+                        AsyncTrainingJobHook.for_connection(self.connection).get_conn()
+                    )
         except (TimeoutError, asyncio.TimeoutError):
             await stack.aclose()
             raise CredentialsUnavailable(

@@ -29,6 +29,8 @@ from kubernetes_asyncio.config import kube_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.exec_provider import ExecProvider
 
+from airflow_provider_disttrain.utils.timeouts import within
+
 _REAP_SECONDS = 5.0
 _timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("disttrain_exec_plugin_timeout", default=None)
 _library_provider = kube_config.ExecProvider
@@ -66,7 +68,8 @@ class OwnedExecProvider(ExecProvider):
         )
         self.pid = process.pid
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(), self.timeout)
+            async with within(self.timeout):
+                stdout, stderr = await process.communicate()
         except (TimeoutError, asyncio.TimeoutError):
             await _kill(process)
             raise TimeoutError(f"exec: the plugin did not answer within {self.timeout:.0f}s") from None
@@ -103,7 +106,8 @@ async def _kill(process: asyncio.subprocess.Process) -> None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
     with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-        await asyncio.wait_for(asyncio.shield(process.wait()), _REAP_SECONDS)
+        async with within(_REAP_SECONDS):
+            await asyncio.shield(process.wait())
 
 
 def _provider(exec_config: Any, *args: Any, **kwargs: Any) -> ExecProvider:

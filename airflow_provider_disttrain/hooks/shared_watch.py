@@ -48,6 +48,7 @@ from airflow_provider_disttrain.kube.resources import ApiResource
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import Clock
+from airflow_provider_disttrain.utils.timeouts import next_line, within
 
 __all__ = ["CachedJob", "SharedWatch", "Subscription", "WatchKey", "WatchProblem", "trimmed"]
 
@@ -124,7 +125,8 @@ class Subscription:
     async def wait(self, timeout: float | None) -> None:
         """Until the job or the watch's health changes, or ``timeout`` seconds pass."""
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with within(timeout):
+                await self._changed.wait()
         self._changed.clear()
 
     async def read(self) -> dict[str, Any] | None:
@@ -402,7 +404,7 @@ class SharedWatch(WatchCache):
                 await raise_for_status(response)
                 # Healthy once the server speaks (an event, a bookmark, or the end at timeoutSeconds):
                 # a proxy that accepts the request and then stays silent is not.
-                while line := await asyncio.wait_for(response.content.readline(), SILENCE_LIMIT_SECONDS):
+                while line := await next_line(response.content, SILENCE_LIMIT_SECONDS):
                     if line.strip():
                         self._apply(json.loads(line))
                         if self.problem is not None or self._unauthorized:

@@ -37,6 +37,7 @@ from airflow_provider_disttrain.job.kinds import JobKind
 from airflow_provider_disttrain.pods.logs import LogCursor, leader_pods, new_lines, printable, since_time
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils.clock import Clock
+from airflow_provider_disttrain.utils.timeouts import cancel_and_wait
 
 LOG_POSITION_ANNOTATION = "disttrain.airflow.apache.org/log-position"
 SAVE_EVERY_SECONDS = 30.0
@@ -167,8 +168,7 @@ class LeaderLogFollower:
         task, self._task = self._task, None
         if task is None:
             return
-        task.cancel()
-        await asyncio.wait({task})
+        await cancel_and_wait(task, f"Following the log of {self.kind.kind} {self.namespace}/{self.name}", self.log)
         if save:
             await self.stop()
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_disttrain.hooks.faults import Action, classify
 from airflow_provider_disttrain.pods.snapshot import PodSnapshot
+from airflow_provider_disttrain.utils.timeouts import next_line
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.cluster_client import ClusterClient
@@ -208,7 +209,7 @@ class PodWatchTask:
             response: Any = await async_client.CoreV1Api(api).list_namespaced_pod(self.namespace, **options)
             try:
                 await raise_for_status(response)
-                while line := await asyncio.wait_for(response.content.readline(), timeout):
+                while line := await next_line(response.content, timeout):
                     if line.strip():
                         self._watched.apply(json.loads(line), self.title)
             finally:

@@ -25,6 +25,7 @@ from airflow_provider_disttrain.job.outcome import JobRef
 from airflow_provider_disttrain.job.status import JobState
 from airflow_provider_disttrain.kueue.dispatch import Dispatch, WorkerClusters, dispatched_to
 from airflow_provider_disttrain.kueue.hold import is_admitted, queue_name
+from airflow_provider_disttrain.utils.timeouts import cancel_and_wait
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.shared_watch import Subscription
@@ -62,8 +63,7 @@ class DispatchFinder:
         """Stop reading (the trigger ends); whoever still waits for the answer gets None."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
+            await cancel_and_wait(task, f"Reading the Kueue Workload of {self.ref.title}", self.log)
 
     async def _find(self, answer: asyncio.Future[Dispatch | None]) -> None:
         try:

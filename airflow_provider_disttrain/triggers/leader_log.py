@@ -20,6 +20,7 @@ from airflow_provider_disttrain.kueue.dispatch import Dispatch
 from airflow_provider_disttrain.pods.live_logs import LeaderLogFollower
 from airflow_provider_disttrain.triggers.dispatch_finder import DispatchFinder
 from airflow_provider_disttrain.utils.clock import Clock
+from airflow_provider_disttrain.utils.timeouts import cancel_and_wait
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.shared_watch import Subscription
@@ -69,8 +70,7 @@ class LeaderLog:
         task, self._task = self._task, None
         if task is None:
             return
-        task.cancel()
-        await asyncio.wait({task})
+        await cancel_and_wait(task, f"Following the leader's log of {self.ref.title}", self.log)
         if save and self._follower is not None:
             await self._follower.stop()
 

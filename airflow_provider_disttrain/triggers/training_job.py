@@ -13,7 +13,6 @@ nothing changes on the server.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +50,7 @@ from airflow_provider_disttrain.triggers.worker_pods import WorkerPods
 from airflow_provider_disttrain.utils import clock as clocks
 from airflow_provider_disttrain.utils import telemetry
 from airflow_provider_disttrain.utils.clock import Clock
+from airflow_provider_disttrain.utils.timeouts import within
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.shared_watch import Subscription
@@ -444,6 +444,5 @@ class TrainingJobTrigger(BaseTrigger):
         if not self.cleanup_policy.on_kill:
             return
         self.log.info("Task killed: deleting %s", self.ref.title)
-        async with self._hook().job_client() as jobs:
-            killed = kill_deferred_job(jobs, self.ref, self.worker_clusters, self._clock(), self.log)
-            await asyncio.wait_for(killed, _KILL_TIMEOUT_SECONDS)
+        async with within(_KILL_TIMEOUT_SECONDS), self._hook().job_client() as jobs:
+            await kill_deferred_job(jobs, self.ref, self.worker_clusters, self._clock(), self.log)

@@ -22,6 +22,7 @@ from airflow_provider_disttrain.kube.connection import ClusterConnection
 from airflow_provider_disttrain.kueue.dispatch import WorkerClusters
 from airflow_provider_disttrain.pods.pod_watch import PodWatchTask
 from airflow_provider_disttrain.triggers.dispatch_finder import DispatchFinder
+from airflow_provider_disttrain.utils.timeouts import cancel_and_wait
 
 if TYPE_CHECKING:
     from airflow_provider_disttrain.hooks.shared_watch import Subscription
@@ -54,8 +55,7 @@ class WorkerPods:
         """Stop watching; the pods kept (for ``Outcome.pods``), None when none."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
+            await cancel_and_wait(task, f"Watching the worker pods of {self.ref.title}", self.log)
         await self.finder.stop()
         return self._watch.pods() or None if task is not None else None
 

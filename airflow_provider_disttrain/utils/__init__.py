@@ -1,1 +1,1 @@
-"""The clock and the telemetry (metrics and spans) every layer uses."""
+"""The clock, the telemetry (metrics and spans) and the bounded waits (``timeouts``) every layer uses."""
